@@ -1,0 +1,45 @@
+# Everything bootstraps .venv on first use: `make test` and `make dashboard` work on a fresh machine with only Python.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.lab-installed
+PORT   ?= 8501
+PYTEST_ARGS ?=
+
+.PHONY: venv test test-fast dashboard lab bench bench-quick quality clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# The whole suite: unit tests, then the notebooks under nbval (tiny sizes via LAB_FAST=1).
+test: venv
+	LAB_FAST=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -x -q -m "not slow" $(PYTEST_ARGS)
+
+dashboard: venv
+	$(PY) -m streamlit run dashboard/app.py --server.address 127.0.0.1 --server.port $(PORT) \
+		--server.headless true --browser.gatherUsageStats false
+
+lab: venv
+	$(PY) -m pip install --quiet jupyterlab  # only this target needs the full Jupyter UI
+	$(PY) -m jupyter lab notebooks/ --ip 127.0.0.1
+
+bench: venv
+	$(PY) -m lab bench
+
+bench-quick: venv
+	$(PY) -m lab bench --quick
+
+quality: venv
+	$(PY) -m ruff check lab tests benchmarks dashboard
+	$(PY) -m ruff format --check lab tests benchmarks dashboard || true
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

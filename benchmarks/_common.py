@@ -1,0 +1,47 @@
+"""Shared plumbing for benchmarks: the ``--quick`` / ``--json`` flags and the JSON envelope.
+
+Every benchmark writes ``{"benchmark", "quick", "env", "figures": [...]}``; each figure carries its
+value, its CI where it has one, the goal it is held against and whether it met it, so a report can be
+rendered without re-reading the benchmark's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from lab.measure import environment_stamp  # noqa: E402
+from lab.result import to_jsonable  # noqa: E402
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="short setting (well under a minute)")
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+    return p.parse_args()
+
+
+def figure(name: str, value: float, *, unit: str, goal: str | None = None, met: bool | None = None,
+           ci: tuple[float, float] | None = None, note: str = "") -> dict[str, Any]:
+    return {"name": name, "value": value, "unit": unit, "ci95": list(ci) if ci else None, "goal": goal,
+            "met": met, "note": note}
+
+
+def emit(benchmark: str, args: argparse.Namespace, figures: list[dict[str, Any]], **extra: Any) -> None:
+    """Print the figures as a table and, with ``--json``, write the envelope."""
+    for f in figures:
+        ci = f" [{f['ci95'][0]:.4g}, {f['ci95'][1]:.4g}]" if f["ci95"] else ""
+        goal = f"  goal {f['goal']}: {'met' if f['met'] else 'NOT met'}" if f["goal"] else ""
+        print(f"{f['name']:<44} {f['value']:>10.4g} {f['unit']}{ci}{goal}")
+    if args.json:
+        out = {"benchmark": benchmark, "quick": args.quick, "env": environment_stamp(), "figures": figures,
+               **extra}
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(to_jsonable(out), indent=2))
+        print(f"wrote {path}")

@@ -1,0 +1,299 @@
+"""The one training loop: every technique in the lab is measured through :func:`run`.
+
+Why one loop: a speedup is only meaningful when both arms ran the same code with the same measurement.
+Loop options (data loading, precision, DDP) plug in as small helpers that are no-ops when off; model
+transforms (pruning, quantization) take a model and return a model. Per step the loop records how long
+it waited for data and spent in forward, backward, optimizer and (for DDP) communication, keeps the raw
+samples, and leaves summaries to :class:`lab.result.RunResult` (which drops the warm-up steps).
+
+Run it: ``python -m lab run --workload ctr --size small`` (notebooks/00_tour.ipynb walks through it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from lab import measure
+from lab.config import RunConfig
+from lab.data import make_loader
+from lab.result import RunResult
+from lab.workloads import Datasets, SizeSpec, Workload, get_workload
+
+PHASES = ("data_wait", "forward", "backward", "optimizer", "comm")
+#: How often (in steps) the loop samples process memory: each sample reads /proc, so not every step.
+MEMORY_SAMPLE_EVERY = 10
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+class NotImplementedYet(NotImplementedError):
+    """A technique family was switched on whose issue has not landed: refuse rather than run the baseline."""
+
+
+# Families implemented by this loop. The other issues extend this as they land.
+_IMPLEMENTED_LOADERS = ("memory", "dataloader")
+
+
+def check_implemented(cfg: RunConfig) -> None:
+    """Raise :class:`NotImplementedYet` if ``cfg`` switches on something the lab cannot do yet."""
+    missing = []
+    if cfg.data.loader not in _IMPLEMENTED_LOADERS:
+        missing.append(f"data.loader={cfg.data.loader!r} (data-loading lab)")
+    if cfg.precision.enabled:
+        missing.append(f"precision.dtype={cfg.precision.dtype!r} / fp32_modules (mixed-precision lab)")
+    if cfg.prune.enabled:
+        missing.append(f"prune.method={cfg.prune.method!r} (pruning lab)")
+    if cfg.quant.enabled:
+        missing.append(f"quant.method={cfg.quant.method!r} (quantization lab)")
+    if cfg.ddp.enabled:
+        missing.append(f"ddp world_size={cfg.ddp.world_size} / grad_accum_steps={cfg.ddp.grad_accum_steps} "
+                       "(distributed lab)")
+    if missing:
+        raise NotImplementedYet("not implemented yet: " + "; ".join(missing))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The config with the workload's size defaults filled in: what actually ran."""
+
+    workload: Workload
+    spec: SizeSpec
+    device: torch.device
+    epochs: int
+    batch_size: int
+    lr: float
+
+
+def resolve(cfg: RunConfig) -> Resolved:
+    """Fill ``None`` fields from the workload's size spec and pick the device."""
+    wl = get_workload(cfg.workload)
+    spec = wl.sizes[cfg.size]
+    return Resolved(workload=wl, spec=spec, device=resolve_device(cfg.device),
+                    epochs=cfg.epochs or spec.epochs, batch_size=cfg.batch_size or spec.batch_size,
+                    lr=cfg.lr or spec.lr)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is CUDA when present, else CPU; asking for CUDA without it is an error, not a fallback."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} is invalid: CUDA is not available on this machine (use cpu or auto)")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed every generator a run touches, so the same config gives the same loss curve on CPU."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def thread_count(threads: int | None) -> Iterator[int]:
+    """Set torch's intra-op threads for the run and restore them after: a library call should not leave
+    the process's thread count changed behind the caller's back."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def _to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    if device.type == "cpu":
+        return batch
+    return tuple(t.to(device, non_blocking=True) for t in batch)
+
+
+def _sync_fn(device: torch.device) -> Callable[[], None] | None:
+    # Without a sync, CUDA timings measure kernel launches, not the work.
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, wl: Workload, tensors: tuple[torch.Tensor, ...], device: torch.device,
+             batch_size: int) -> dict[str, float]:
+    """The workload's metrics on a held-out split, in eval mode (restoring the previous mode)."""
+    was_training = model.training
+    model.eval()
+    try:
+        outs = []
+        n = len(tensors[0])
+        for i in range(0, n, batch_size):
+            batch = _to_device(tuple(t[i:i + batch_size] for t in tensors[:-1]), device)
+            outs.append(model(*batch).float().cpu())
+        return {k: float(v) for k, v in wl.evaluate(torch.cat(outs), tensors[-1]).items()}
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def inference_latency_ms(model: nn.Module, inputs: tuple[torch.Tensor, ...], device: torch.device,
+                         repeats: int, warmup: int = 3) -> list[float]:
+    """Per-call latency samples of ``model(*inputs)`` in eval mode; warm-up calls are not kept."""
+    was_training = model.training
+    model.eval()
+    sync = _sync_fn(device)
+    inputs = _to_device(inputs, device)
+    samples = []
+    try:
+        for i in range(warmup + repeats):
+            if sync:
+                sync()
+            t0 = time.perf_counter()
+            model(*inputs)
+            if sync:
+                sync()
+            if i >= warmup:
+                samples.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        model.train(was_training)
+    return samples
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "raise") -> RunResult:
+    """Train ``cfg``'s workload once and measure it.
+
+    ``progress`` receives a small dict per step (``phase``, ``step``, ``total_steps``, ``epoch``, ``loss``)
+    and once per evaluation. ``on_error="record"`` turns a failure during the run into a RunResult with
+    ``status="error"`` (what an ablation stores as an error row); ``"raise"`` re-raises. Configuration
+    problems (bad values, families not implemented yet) always raise before any work starts.
+    """
+    if on_error not in ("raise", "record"):
+        raise ValueError(f"on_error={on_error!r} is invalid: allowed: raise, record")
+    check_implemented(cfg)
+    r = resolve(cfg)
+    result = RunResult(run_id=uuid.uuid4().hex, config=cfg.to_dict(), env={}, workload=cfg.workload,
+                       started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                       metric_name=r.workload.metric_name, higher_is_better=r.workload.higher_is_better,
+                       batch_size=r.batch_size, warmup_steps=cfg.warmup_steps)
+    with thread_count(cfg.threads):
+        result.env = measure.environment_stamp(str(r.device))
+        try:
+            _train_and_measure(cfg, r, result, progress)
+        except Exception as exc:
+            if on_error == "raise":
+                raise
+            result.status = "error"
+            result.error = f"{type(exc).__name__}: {exc}"
+            result.details["traceback"] = traceback.format_exc(limit=8)
+    return result
+
+
+def _train_and_measure(cfg: RunConfig, r: Resolved, result: RunResult, progress: ProgressFn | None) -> None:
+    wl, device = r.workload, r.device
+    data: Datasets = wl.make_data(r.spec, cfg.data_seed)
+    seed_everything(cfg.seed)
+    model = wl.make_model(r.spec).to(device)
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), r.lr)
+    loader = make_loader(data.train, cfg.data, r.batch_size, seed=cfg.seed)
+    steps_per_epoch = len(loader)
+    total_steps = r.epochs * steps_per_epoch
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
+    result.details.update({
+        "resolved": {"epochs": r.epochs, "batch_size": r.batch_size, "lr": r.lr, "device": str(device),
+                     "steps_per_epoch": steps_per_epoch, "n_train": len(data.train[0]),
+                     "n_test": len(data.test[0])},
+        "data_info": data.info,
+        "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
+                    "loader_workers": cfg.data.num_workers},
+    })
+
+    before = evaluate(model, wl, data.test, device, cfg.eval_batch_size)
+    result.metric_before = before[wl.metric_name]
+    if progress:
+        progress({"phase": "eval_before", "metrics": before})
+
+    timer = measure.PhaseTimer(phases=PHASES, sync=_sync_fn(device))
+    memory = measure.MemoryTracker(device)
+    losses: list[float] = []
+    step = 0
+    model.train()
+    t_train = time.perf_counter()
+    for epoch in range(r.epochs):
+        if step >= total_steps:
+            break
+        loader.set_epoch(epoch)
+        batches = iter(loader)
+        while step < total_steps:
+            timer.start_step()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            batch = _to_device(batch, device)
+            timer.mark("data_wait")
+            out = model(*batch[:-1])
+            loss = wl.loss(out, batch[-1])
+            timer.mark("forward")
+            loss.backward()
+            timer.mark("backward")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            timer.mark("optimizer")
+            timer.end_step()
+            value = loss.item()
+            if not np.isfinite(value):
+                raise FloatingPointError(f"loss became {value} at step {step} (epoch {epoch}); "
+                                         "lower the lr or check the data")
+            losses.append(value)
+            if step % MEMORY_SAMPLE_EVERY == 0:
+                memory.sample()
+            step += 1
+            if progress:
+                progress({"phase": "train", "step": step, "total_steps": total_steps, "epoch": epoch,
+                          "epochs": r.epochs, "loss": value})
+    result.train_time_s = time.perf_counter() - t_train
+    memory.sample()
+    result.steps = step
+    result.losses = losses
+    result.step_times_ms = timer.samples_ms()
+    result.peak_memory_mb, result.memory_kind = memory.peak_mb(), memory.kind
+
+    after = evaluate(model, wl, data.test, device, cfg.eval_batch_size)
+    result.metrics = after
+    result.metric = after[wl.metric_name]
+    if progress:
+        progress({"phase": "eval", "metrics": after})
+
+    _measure_model(cfg, model, data, device, result)
+    if progress:
+        progress({"phase": "done"})
+
+
+def _measure_model(cfg: RunConfig, model: nn.Module, data: Datasets, device: torch.device,
+                   result: RunResult) -> None:
+    """Static facts about the trained model plus its inference latency at batch 1 and batch N."""
+    one = tuple(t[:1] for t in data.test[:-1])
+    result.param_count = measure.count_params(model)
+    result.nonzero_params = measure.count_nonzero_params(model)
+    result.model_bytes = measure.serialized_size_bytes(model)
+    result.macs_per_sample = measure.count_macs(model, _to_device(one, device))
+    if cfg.latency_repeats:
+        n = min(cfg.eval_batch_size, len(data.test[0]))
+        many = tuple(t[:n] for t in data.test[:-1])
+        result.latency_ms = {
+            "batch_1": inference_latency_ms(model, one, device, cfg.latency_repeats),
+            f"batch_{n}": inference_latency_ms(model, many, device, max(3, cfg.latency_repeats // 4)),
+        }

@@ -1,0 +1,153 @@
+"""Workload records and the registry every workload goes through.
+
+A workload bundles what a run needs besides the techniques under test: data, a model factory, a loss and a
+metric, at three sizes (``tiny`` for tests, ``small`` for notebooks/dashboard on a 2-core CPU, ``full`` for a
+GPU). The built-ins (``ctr``, ``sequence``, ``vision``) register through the same ``register_workload`` a user
+calls, so the dashboard's lists and the parametrised tests see user workloads exactly like built-in ones.
+Notebook: ``notebooks/00_tour.ipynb``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+REQUIRED_SIZES: tuple[str, ...] = ("tiny", "small", "full")
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    """Everything that changes between sizes; the factories read ``model`` / ``data`` kwargs from here.
+
+    The training defaults live next to the data size because a good learning rate and epoch count depend on
+    how much data there is, and a technique must be compared against a baseline that was tuned, not guessed.
+    """
+
+    n_train: int
+    n_test: int
+    batch_size: int
+    epochs: int
+    lr: float
+    model: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Fail at definition time, not an hour into an ablation.
+        for name in ("n_train", "n_test", "batch_size", "epochs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"SizeSpec.{name} must be a positive int, got {value!r}")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"SizeSpec.lr must be a positive number, got {self.lr!r}")
+
+
+@dataclass
+class Datasets:
+    """Train/test tensors as ``(input_1, ..., input_k, target)`` tuples plus JSON-serialisable facts.
+
+    Plain tensors (not a ``Dataset``) because the loaders under test in ``lab.data`` want to own batching;
+    ``info`` carries what a result needs to be read correctly (e.g. the best reachable AUC, the data source).
+    """
+
+    train: tuple[torch.Tensor, ...]
+    test: tuple[torch.Tensor, ...]
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for split in ("train", "test"):
+            tensors = getattr(self, split)
+            if len(tensors) < 2:
+                raise ValueError(f"Datasets.{split} needs an input and a target, got {len(tensors)} tensors")
+            lengths = {int(t.shape[0]) for t in tensors}
+            if len(lengths) != 1:
+                raise ValueError(f"Datasets.{split} tensors disagree on the first dim: {sorted(lengths)}")
+
+    @property
+    def n_inputs(self) -> int:
+        """Number of model inputs (all tensors but the target)."""
+        return len(self.train) - 1
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One model + data + loss + metric, at the sizes ``tiny`` / ``small`` / ``full``.
+
+    ``make_model(spec)(*inputs)`` returns outputs; ``loss(outputs, target)`` is a scalar;
+    ``evaluate(all_outputs, all_targets)`` returns metrics including ``metric_name``.
+    """
+
+    name: str
+    description: str
+    sizes: dict[str, SizeSpec]
+    make_data: Callable[[SizeSpec, int], Datasets]
+    make_model: Callable[[SizeSpec], nn.Module]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    evaluate: Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
+    metric_name: str
+    higher_is_better: bool = True
+    reference: dict[str, str] = field(default_factory=dict)
+
+    def size(self, size: str) -> SizeSpec:
+        """The spec for ``size``, with an error that lists the sizes this workload has."""
+        try:
+            return self.sizes[size]
+        except KeyError:
+            raise ValueError(
+                f"workload {self.name!r} has no size {size!r}; available: {sorted(self.sizes)}"
+            ) from None
+
+
+_REGISTRY: dict[str, Workload] = {}
+
+
+def _validate(workload: Workload) -> None:
+    if not isinstance(workload, Workload):
+        raise TypeError(f"register_workload expects a Workload, got {type(workload).__name__}")
+    if not workload.name or not isinstance(workload.name, str):
+        raise ValueError(f"workload name must be a non-empty string, got {workload.name!r}")
+    missing = [s for s in REQUIRED_SIZES if s not in workload.sizes]
+    if missing:
+        raise ValueError(
+            f"workload {workload.name!r} lacks sizes {missing}; every workload needs {list(REQUIRED_SIZES)}"
+        )
+    for size, spec in workload.sizes.items():
+        if not isinstance(spec, SizeSpec):
+            raise TypeError(
+                f"workload {workload.name!r} size {size!r} must be a SizeSpec, got {type(spec).__name__}"
+            )
+    for attr in ("make_data", "make_model", "loss", "evaluate"):
+        if not callable(getattr(workload, attr)):
+            raise TypeError(f"workload {workload.name!r}: {attr} must be callable")
+    if not workload.metric_name:
+        raise ValueError(f"workload {workload.name!r} needs a metric_name")
+
+
+def register_workload(workload: Workload, *, overwrite: bool = False) -> Workload:
+    """Add ``workload`` to the registry and return it (so it can be used as ``X = register_workload(...)``).
+
+    Duplicates raise unless ``overwrite`` because two modules silently fighting over one name would make
+    results depend on import order.
+    """
+    _validate(workload)
+    if workload.name in _REGISTRY and not overwrite:
+        raise ValueError(
+            f"workload {workload.name!r} is already registered; pass overwrite=True to replace it"
+        )
+    _REGISTRY[workload.name] = workload
+    return workload
+
+
+def get_workload(name: str) -> Workload:
+    """The workload registered as ``name``; an unknown name raises ``ValueError`` listing the known ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; available: {list_workloads()}") from None
+
+
+def list_workloads() -> list[str]:
+    """Registered workload names, sorted (stable order for UIs and parametrised tests)."""
+    return sorted(_REGISTRY)

@@ -1,0 +1,76 @@
+"""The command line: results for good input, one-line errors and exit status 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from lab.cli import main
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["run", "--workload", "imagenet"], "workload='imagenet' is invalid"),
+    (["run", "--batch-size", "abc"], "--batch-size"),
+    (["run", "--batch-size", "0"], "batch_size=0 is invalid"),
+    (["run", "--size", "huge"], "size='huge'"),
+    (["run", "--precision", "fp8"], "precision.dtype='fp8'"),
+    (["run", "--precision", "bf16", "--size", "tiny"], "not implemented yet"),
+    (["run", "--prune", "l1_unstructured", "--prune-amount", "0.5", "--size", "tiny"], "not implemented yet"),
+    (["run", "--no-such-flag"], "unrecognized arguments"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+    (["bench", "--only", "nope"], "unknown benchmark"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lab: error:") and needle in err, err
+
+
+def test_run_store_list_export(tmp_path, capsys):
+    db = tmp_path / "cli.sqlite"
+    argv = ["run", "--workload", "ctr", "--size", "tiny", "--max-steps", "10", "--latency-repeats", "2",
+            "--store", str(db), "--label", "cli-test", "--no-progress"]
+    assert main([*argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["status"] == "ok" and payload["steps"] == 10 and payload["metric_name"] == "auc"
+    assert payload["config"]["max_steps"] == 10
+
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "auc" in text and "median step" in text and "env: torch" in text and str(db) in text
+
+    assert main(["runs", "--store", str(db)]) == 0
+    listing = capsys.readouterr().out
+    assert listing.count("cli-test") == 2 and "(2 shown" in listing
+
+    out = tmp_path / "runs.csv"
+    assert main(["export", "--store", str(db), "--out", str(out)]) == 0
+    df = pd.read_csv(out)
+    assert len(df) == 2 and set(df["workload"]) == {"ctr"}
+
+
+def test_family_flags_reach_the_config():
+    from lab.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["run", "--loader", "dataloader", "--num-workers", "2", "--pin-memory",
+                                      "--prefetch-factor", "4", "--threads", "1", "--ddp-timeout-s", "30",
+                                      "--precision-fp32-modules", "fc,emb", "--epochs", "none"])
+    cfg = config_from_args(args)
+    assert cfg.data.loader == "dataloader" and cfg.data.num_workers == 2 and cfg.data.pin_memory
+    assert cfg.data.prefetch_factor == 4 and cfg.threads == 1 and cfg.ddp.timeout_s == 30.0
+    assert cfg.precision.fp32_modules == ("fc", "emb") and cfg.epochs is None
+
+
+def test_python_dash_m_lab_end_to_end(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lab", "run", "--workload", "sequence", "--size", "tiny",
+                           "--no-store", "--latency-repeats", "2"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "accuracy" in proc.stdout and "untrained" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "lab", "run", "--lr", "-1"], capture_output=True, text=True,
+                         timeout=240)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "lr=-1.0 is invalid" in bad.stderr

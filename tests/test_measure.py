@@ -1,0 +1,256 @@
+"""Correctness of the measurement primitives (no timing assertions: see DESIGN.md 5.7)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import prune
+
+from lab import measure
+
+# ------------------------------------------------------------------------------------------ PhaseTimer
+
+
+def fake_clock(ticks: list[float]):
+    it = iter(ticks)
+    return lambda: next(it)
+
+
+def test_phase_timer_phases_sum_to_total_with_fake_clock() -> None:
+    # start, data_wait, forward, backward, end  (seconds) -> phases 1, 2, 4 ms; total 7 ms
+    ticks = [0.0, 0.001, 0.003, 0.007, 0.007, 10.0, 10.5, 10.5]
+    timer = measure.PhaseTimer(phases=("data_wait", "forward", "backward"), clock=fake_clock(ticks))
+    timer.start_step()
+    timer.mark("data_wait")
+    timer.mark("forward")
+    timer.mark("backward")
+    timer.end_step()
+    timer.start_step()
+    timer.mark("forward")  # only one phase marked: the others get 0.0
+    timer.end_step()
+    s = timer.samples_ms()
+    assert s["data_wait"] == pytest.approx([1.0, 0.0])
+    assert s["forward"] == pytest.approx([2.0, 500.0])
+    assert s["backward"] == pytest.approx([4.0, 0.0])
+    assert s["total"] == pytest.approx([7.0, 500.0])
+    assert timer.n_steps == 2
+
+
+def test_phase_timer_real_clock_and_sync_called() -> None:
+    calls = itertools.count()
+    timer = measure.PhaseTimer(sync=lambda: next(calls))
+    for _ in range(5):
+        timer.start_step()
+        sum(range(1000))
+        timer.mark("forward")
+        timer.mark("comm")
+        timer.mark("forward")  # repeated marks accumulate
+        timer.end_step()
+    s = timer.samples_ms()
+    assert set(s) == {"data_wait", "forward", "backward", "optimizer", "comm", "total"}
+    assert all(len(v) == 5 for v in s.values())
+    for i in range(5):
+        parts = sum(s[p][i] for p in timer.phases)
+        assert parts <= s["total"][i] + 1e-9  # unmarked time can only make total larger
+        assert s["data_wait"][i] == 0.0
+    assert next(calls) == 5 * 5  # start + 3 marks + end per step
+
+
+def test_phase_timer_misuse() -> None:
+    timer = measure.PhaseTimer()
+    with pytest.raises(RuntimeError):
+        timer.mark("forward")
+    timer.start_step()
+    with pytest.raises(KeyError):
+        timer.mark("fwd")
+    with pytest.raises(ValueError):
+        measure.PhaseTimer(phases=("total",))
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def test_memory_sampler_cpu_sees_an_allocation() -> None:
+    sampler = measure.MemorySampler("cpu")
+    assert sampler.kind == "rss" and sampler.baseline_mb > 0
+    big = torch.ones(40 * 2**20 // 4)  # 40 MiB, touched
+    sampler.sample()
+    assert sampler.peak_mb() >= sampler.baseline_mb + 20
+    del big
+    assert measure.peak_memory_mb("cpu") >= sampler.peak_mb() - 1
+
+
+# ----------------------------------------------------------------------------------------- model size
+
+
+def test_count_params_and_nonzero_with_pruning() -> None:
+    model = nn.Sequential(nn.Linear(20, 10), nn.ReLU(), nn.Linear(10, 5))
+    n = 20 * 10 + 10 + 10 * 5 + 5
+    assert measure.count_params(model) == n
+    assert measure.count_nonzero_params(model) == n
+    prune.l1_unstructured(model[0], name="weight", amount=0.5)  # 100 of 200 weights masked
+    assert hasattr(model[0], "weight_orig") and hasattr(model[0], "weight_mask")
+    assert measure.count_params(model) == n  # the mask is a buffer, weight_orig counted once
+    assert measure.count_nonzero_params(model) == n - 100
+    with torch.no_grad():  # an optimizer step changes weight_orig; module.weight is stale until a forward
+        model[0].weight_orig[:5].zero_()  # 5 rows x 20 = 100 weights, about half of them unmasked
+    zeroed_unmasked = int(model[0].weight_mask[:5].sum().item())
+    assert measure.count_nonzero_params(model) == n - 100 - zeroed_unmasked
+    model(torch.randn(2, 20))
+    prune.remove(model[0], "weight")
+    assert measure.count_nonzero_params(model) == n - 100 - zeroed_unmasked
+    prune.l1_unstructured(model[2], name="weight", amount=0.5)  # 25 of 50
+    assert measure.count_nonzero_params(model) == n - 100 - zeroed_unmasked - 25
+
+
+def test_shared_parameters_counted_once() -> None:
+    a = nn.Linear(4, 4)
+    model = nn.Sequential(a, a)
+    assert measure.count_params(model) == measure.count_nonzero_params(model) == 20
+
+
+def test_serialized_size_grows_with_params() -> None:
+    small = measure.serialized_size_bytes(nn.Linear(10, 10))
+    big = measure.serialized_size_bytes(nn.Linear(100, 100))
+    assert 0 < small < big
+    assert big >= 100 * 100 * 4  # fp32 payload at least
+
+
+# ----------------------------------------------------------------------------------------------- MACs
+
+
+def test_macs_linear_matches_formula() -> None:
+    model = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 3))
+    x = torch.randn(8, 32)
+    assert measure.count_macs(model, (x,)) == 8 * (32 * 16 + 16 * 3)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_macs_lstm_matches_formula(batch_first: bool) -> None:
+    batch, seq, feat, hidden, layers = 4, 10, 12, 8, 2
+    lstm = nn.LSTM(feat, hidden, num_layers=layers, batch_first=batch_first)
+    x = torch.randn(batch, seq, feat) if batch_first else torch.randn(seq, batch, feat)
+    per_sample_step = 4 * (feat * hidden + hidden * hidden) + 4 * (hidden * hidden + hidden * hidden)
+    assert measure.count_macs(lstm, (x,)) == per_sample_step * batch * seq
+
+
+class SeqModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(6, 5, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(10, 4, batch_first=True)
+        self.head = nn.Linear(4, 2)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.lstm(x)
+        y, _ = self.gru(self.drop(y))
+        return self.head(y[:, -1])
+
+
+def test_macs_lstm_gru_model_and_mode_restored() -> None:
+    model = SeqModel().train()
+    model.head.eval()  # mixed modes must come back exactly as they were
+    x = torch.randn(3, 7, 6)
+    lstm = 2 * 4 * (6 * 5 + 5 * 5)
+    gru = 3 * (10 * 4 + 4 * 4)
+    expected = 3 * 7 * (lstm + gru) + 3 * 4 * 2
+    assert measure.count_macs(model, (x,)) == expected
+    assert model.training and model.lstm.training and not model.head.training
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_macs_embedding_bag_model_runs() -> None:
+    model = nn.Sequential(nn.EmbeddingBag(100, 8, mode="sum"), nn.Linear(8, 1))
+    assert measure.count_macs(model, (torch.randint(0, 100, (4, 3)),)) == 4 * 8
+
+
+# ---------------------------------------------------------------------------------- environment stamp
+
+
+def test_environment_stamp_keys_and_json() -> None:
+    stamp = measure.environment_stamp("cpu")
+    for key in (
+        "torch_version", "python_version", "platform", "cpu_model", "isa_flags", "cpu_capability",
+        "logical_cores", "usable_cores", "torch_threads", "torch_interop_threads", "mkl_available",
+        "mkldnn_available", "cuda_available", "device_name", "cuda_version", "gpu_driver",
+        "gpu_compute_capability", "git_sha", "git_dirty", "hostname", "hardware_id",
+    ):
+        assert key in stamp, key
+    assert json.loads(json.dumps(stamp)) == stamp
+    assert set(stamp["isa_flags"]) <= set(measure.ISA_FLAGS_OF_INTEREST)
+    assert stamp["hardware_id"] and all(c.isalnum() or c == "-" for c in stamp["hardware_id"])
+    assert stamp["torch_threads"] == torch.get_num_threads()
+
+
+def test_environment_stamp_reads_threads_fresh() -> None:
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert measure.environment_stamp()["torch_threads"] == 1
+        stamp = measure.environment_stamp()
+        stamp["isa_flags"].append("mutated")  # callers must not be able to poison the cache
+        assert "mutated" not in measure.environment_stamp()["isa_flags"]
+    finally:
+        torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+def test_median_and_spread() -> None:
+    assert measure.median([3.0, 1.0, 2.0, 100.0]) == 2.5
+    assert measure.spread([1, 2, 3, 4, 5]) == pytest.approx(2.0)
+    assert measure.relative_spread([10, 10, 10]) == 0.0
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        measure.median,
+        measure.spread,
+        measure.bootstrap_ci,
+        lambda xs: measure.bootstrap_ratio_ci(xs, [1.0]),
+        lambda xs: measure.bootstrap_ratio_ci([1.0], xs),
+    ],
+)
+def test_empty_input_raises(fn) -> None:
+    with pytest.raises(ValueError):
+        fn([])
+
+
+def test_bootstrap_ratio_ci_contains_true_ratio_and_narrows() -> None:
+    rng = np.random.default_rng(123)
+    # baseline ~ 20 ms, variant ~ 10 ms, lognormal noise with median exactly 20 / 10: true speedup 2.0
+    def draw(med: float, n: int) -> np.ndarray:
+        return med * rng.lognormal(0.0, 0.2, n)
+
+    est, lo, hi = measure.bootstrap_ratio_ci(draw(20, 30), draw(10, 30))
+    assert lo <= est <= hi
+    assert lo < 2.0 < hi
+    _, lo_big, hi_big = measure.bootstrap_ratio_ci(draw(20, 600), draw(10, 600))
+    assert lo_big < 2.0 < hi_big
+    assert hi_big - lo_big < (hi - lo) / 2  # ~sqrt(20) narrower in theory
+
+
+def test_bootstrap_deterministic_with_seed_and_ci_level() -> None:
+    xs = np.random.default_rng(0).normal(5, 1, 50)
+    assert measure.bootstrap_ci(xs, seed=7) == measure.bootstrap_ci(xs, seed=7)
+    est, lo, hi = measure.bootstrap_ci(xs, ci=0.5)
+    _, lo95, hi95 = measure.bootstrap_ci(xs, ci=0.95)
+    assert est == pytest.approx(np.median(xs))
+    assert lo95 <= lo <= est <= hi <= hi95
+    m, mlo, mhi = measure.bootstrap_ci(xs, stat=np.mean)
+    assert mlo < m < mhi and m == pytest.approx(xs.mean())
+    with pytest.raises(ValueError):
+        measure.bootstrap_ci(xs, ci=1.5)
+
+
+def test_bootstrap_stat_without_axis_argument() -> None:
+    est, lo, hi = measure.bootstrap_ci([1.0, 2.0, 3.0, 4.0], stat=lambda a: float(np.max(a)), n_boot=50)
+    assert est == 4.0 and 1.0 <= lo <= hi <= 4.0
