@@ -16,7 +16,7 @@ import random
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lab import measure
+from lab import measure, transforms
 from lab.config import RunConfig
 from lab.data import make_loader
 from lab.result import RunResult
@@ -201,38 +201,77 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
     return result
 
 
-def _train_and_measure(cfg: RunConfig, r: Resolved, result: RunResult, progress: ProgressFn | None) -> None:
-    wl, device = r.workload, r.device
-    data: Datasets = wl.make_data(r.spec, cfg.data_seed)
-    seed_everything(cfg.seed)
-    model = wl.make_model(r.spec).to(device)
-    optimizer = make_optimizer(cfg.optimizer, model.parameters(), r.lr)
-    loader = make_loader(data.train, cfg.data, r.batch_size, seed=cfg.seed)
+@dataclass
+class TrainContext:
+    """What a technique module gets to work with: the run's config, data, device and result record, and
+    :meth:`fit` / :meth:`evaluate`, so that fine-tuning after pruning or QAT reuses the same measured loop
+    instead of writing a second one. Technique modules record their figures in ``result.details`` and
+    their "why" tags in ``result.why``."""
+
+    cfg: RunConfig
+    resolved: Resolved
+    data: Datasets
+    result: RunResult
+    progress: ProgressFn | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.resolved.device
+
+    @property
+    def workload(self) -> Workload:
+        return self.resolved.workload
+
+    def make_loader(self, batch_size: int | None = None):
+        """A loader over the training split as the config asks (same batch order for the same seed)."""
+        return make_loader(self.data.train, self.cfg.data, batch_size or self.resolved.batch_size,
+                           seed=self.cfg.seed)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return evaluate(model, self.workload, self.data.test, self.device, self.cfg.eval_batch_size)
+
+    def fit(self, model: nn.Module, *, epochs: int, lr: float, max_steps: int | None = None,
+            step_hooks: Sequence[StepHook] = (), phase: str = "train") -> FitStats:
+        """Train ``model`` in place with the run's optimizer, loader and loop options; returns the raw
+        per-step samples. The main training phase and any fine-tuning both go through here."""
+        optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr)
+        return fit(model, optimizer, self.make_loader(), self.workload, self.device, epochs=epochs,
+                   max_steps=max_steps, step_hooks=step_hooks, progress=self.progress, phase=phase)
+
+
+StepHook = Callable[[int, nn.Module], None]
+
+
+@dataclass
+class FitStats:
+    """Raw samples from one :func:`fit` call."""
+
+    steps: int
+    time_s: float
+    losses: list[float]
+    step_times_ms: dict[str, list[float]]
+    peak_memory_mb: float
+    memory_kind: str
+
+
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload, device: torch.device, *,
+        epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
+        progress: ProgressFn | None = None, phase: str = "train") -> FitStats:
+    """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
+    backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
+    the timed phases (a gradual pruning schedule uses this). A non-finite loss stops training with an
+    error naming the step: a diverged run must never be reported as a result."""
     steps_per_epoch = len(loader)
-    total_steps = r.epochs * steps_per_epoch
-    if cfg.max_steps is not None:
-        total_steps = min(total_steps, cfg.max_steps)
-    result.details.update({
-        "resolved": {"epochs": r.epochs, "batch_size": r.batch_size, "lr": r.lr, "device": str(device),
-                     "steps_per_epoch": steps_per_epoch, "n_train": len(data.train[0]),
-                     "n_test": len(data.test[0])},
-        "data_info": data.info,
-        "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
-                    "loader_workers": cfg.data.num_workers},
-    })
-
-    before = evaluate(model, wl, data.test, device, cfg.eval_batch_size)
-    result.metric_before = before[wl.metric_name]
-    if progress:
-        progress({"phase": "eval_before", "metrics": before})
-
+    total_steps = epochs * steps_per_epoch
+    if max_steps is not None:
+        total_steps = min(total_steps, max_steps)
     timer = measure.PhaseTimer(phases=PHASES, sync=_sync_fn(device))
     memory = measure.MemoryTracker(device)
     losses: list[float] = []
     step = 0
     model.train()
-    t_train = time.perf_counter()
-    for epoch in range(r.epochs):
+    t_start = time.perf_counter()
+    for epoch in range(epochs):
         if step >= total_steps:
             break
         loader.set_epoch(epoch)
@@ -255,23 +294,54 @@ def _train_and_measure(cfg: RunConfig, r: Resolved, result: RunResult, progress:
             timer.end_step()
             value = loss.item()
             if not np.isfinite(value):
-                raise FloatingPointError(f"loss became {value} at step {step} (epoch {epoch}); "
+                raise FloatingPointError(f"loss became {value} at step {step} (epoch {epoch}, {phase}); "
                                          "lower the lr or check the data")
             losses.append(value)
+            for hook in step_hooks:
+                hook(step, model)
             if step % MEMORY_SAMPLE_EVERY == 0:
                 memory.sample()
             step += 1
             if progress:
-                progress({"phase": "train", "step": step, "total_steps": total_steps, "epoch": epoch,
-                          "epochs": r.epochs, "loss": value})
-    result.train_time_s = time.perf_counter() - t_train
+                progress({"phase": phase, "step": step, "total_steps": total_steps, "epoch": epoch,
+                          "epochs": epochs, "loss": value})
+    elapsed = time.perf_counter() - t_start
     memory.sample()
-    result.steps = step
-    result.losses = losses
-    result.step_times_ms = timer.samples_ms()
-    result.peak_memory_mb, result.memory_kind = memory.peak_mb(), memory.kind
+    return FitStats(steps=step, time_s=elapsed, losses=losses, step_times_ms=timer.samples_ms(),
+                    peak_memory_mb=memory.peak_mb(), memory_kind=memory.kind)
 
-    after = evaluate(model, wl, data.test, device, cfg.eval_batch_size)
+
+def _train_and_measure(cfg: RunConfig, r: Resolved, result: RunResult, progress: ProgressFn | None) -> None:
+    wl, device = r.workload, r.device
+    data: Datasets = wl.make_data(r.spec, cfg.data_seed)
+    ctx = TrainContext(cfg=cfg, resolved=r, data=data, result=result, progress=progress)
+    seed_everything(cfg.seed)
+    model = wl.make_model(r.spec).to(device)
+    steps_per_epoch = len(ctx.make_loader())
+    result.details.update({
+        "resolved": {"epochs": r.epochs, "batch_size": r.batch_size, "lr": r.lr, "device": str(device),
+                     "steps_per_epoch": steps_per_epoch, "n_train": len(data.train[0]),
+                     "n_test": len(data.test[0])},
+        "data_info": data.info,
+        "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
+                    "loader_workers": cfg.data.num_workers},
+    })
+
+    before = ctx.evaluate(model)
+    result.metric_before = before[wl.metric_name]
+    if progress:
+        progress({"phase": "eval_before", "metrics": before})
+
+    model, hooks = transforms.before_training(ctx, model)
+    stats = ctx.fit(model, epochs=r.epochs, lr=r.lr, max_steps=cfg.max_steps, step_hooks=hooks)
+    result.train_time_s = stats.time_s
+    result.steps = stats.steps
+    result.losses = stats.losses
+    result.step_times_ms = stats.step_times_ms
+    result.peak_memory_mb, result.memory_kind = stats.peak_memory_mb, stats.memory_kind
+    model = transforms.after_training(ctx, model)
+
+    after = ctx.evaluate(model)
     result.metrics = after
     result.metric = after[wl.metric_name]
     if progress:
