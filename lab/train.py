@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lab import measure, transforms
+from lab import measure, precision, transforms
 from lab.config import RunConfig
 from lab.data import make_loader
 from lab.result import RunResult
@@ -51,12 +51,10 @@ def check_implemented(cfg: RunConfig) -> None:
     missing = []
     if cfg.data.loader not in _IMPLEMENTED_LOADERS:
         missing.append(f"data.loader={cfg.data.loader!r} (data-loading lab)")
-    if cfg.precision.enabled:
-        missing.append(f"precision.dtype={cfg.precision.dtype!r} / fp32_modules (mixed-precision lab)")
-    if cfg.prune.enabled:
-        missing.append(f"prune.method={cfg.prune.method!r} (pruning lab)")
-    if cfg.quant.enabled:
-        missing.append(f"quant.method={cfg.quant.method!r} (quantization lab)")
+    if cfg.quant.enabled:  # landed; refuse combinations int8 cannot run (CUDA, fp16 autocast) before training
+        from lab import quantization
+
+        quantization.check_supported(cfg)
     if cfg.ddp.enabled:
         missing.append(f"ddp world_size={cfg.ddp.world_size} / grad_accum_steps={cfg.ddp.grad_accum_steps} "
                        "(distributed lab)")
@@ -213,6 +211,7 @@ class TrainContext:
     data: Datasets
     result: RunResult
     progress: ProgressFn | None = None
+    _precision_dtype: str | None = None  # cfg.precision.dtype with "auto" resolved (once, on first fit)
 
     @property
     def device(self) -> torch.device:
@@ -235,8 +234,13 @@ class TrainContext:
         """Train ``model`` in place with the run's optimizer, loader and loop options; returns the raw
         per-step samples. The main training phase and any fine-tuning both go through here."""
         optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr)
-        return fit(model, optimizer, self.make_loader(), self.workload, self.device, epochs=epochs,
-                   max_steps=max_steps, step_hooks=step_hooks, progress=self.progress, phase=phase)
+        policy = precision.policy_for(self, model, lr) if self.cfg.precision.enabled else None
+        stats = fit(model, optimizer, self.make_loader(), self.workload, self.device, epochs=epochs,
+                    max_steps=max_steps, step_hooks=step_hooks, progress=self.progress, phase=phase,
+                    policy=policy)
+        if policy is not None:
+            self.result.details.setdefault("precision", {}).setdefault("phases", {})[phase] = policy.diagnostics()
+        return stats
 
 
 StepHook = Callable[[int, nn.Module], None]
@@ -256,11 +260,15 @@ class FitStats:
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload, device: torch.device, *,
         epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
-        progress: ProgressFn | None = None, phase: str = "train") -> FitStats:
+        progress: ProgressFn | None = None, phase: str = "train",
+        policy: precision.PrecisionPolicy | None = None) -> FitStats:
     """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
     backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
     the timed phases (a gradual pruning schedule uses this). A non-finite loss stops training with an
-    error naming the step: a diverged run must never be reported as a result."""
+    error naming the step: a diverged run must never be reported as a result. ``policy`` (mixed precision,
+    :mod:`lab.precision`) wraps forward + loss in autocast and owns backward and the optimizer step; the
+    default is the no-op fp32 policy, which runs exactly ``loss.backward(); optimizer.step()``."""
+    policy = policy or precision.FP32
     steps_per_epoch = len(loader)
     total_steps = epochs * steps_per_epoch
     if max_steps is not None:
@@ -271,40 +279,42 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload
     step = 0
     model.train()
     t_start = time.perf_counter()
-    for epoch in range(epochs):
-        if step >= total_steps:
-            break
-        loader.set_epoch(epoch)
-        batches = iter(loader)
-        while step < total_steps:
-            timer.start_step()
-            batch = next(batches, None)
-            if batch is None:
+    with policy.applied(model):
+        for epoch in range(epochs):
+            if step >= total_steps:
                 break
-            batch = _to_device(batch, device)
-            timer.mark("data_wait")
-            out = model(*batch[:-1])
-            loss = wl.loss(out, batch[-1])
-            timer.mark("forward")
-            loss.backward()
-            timer.mark("backward")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            timer.mark("optimizer")
-            timer.end_step()
-            value = loss.item()
-            if not np.isfinite(value):
-                raise FloatingPointError(f"loss became {value} at step {step} (epoch {epoch}, {phase}); "
-                                         "lower the lr or check the data")
-            losses.append(value)
-            for hook in step_hooks:
-                hook(step, model)
-            if step % MEMORY_SAMPLE_EVERY == 0:
-                memory.sample()
-            step += 1
-            if progress:
-                progress({"phase": phase, "step": step, "total_steps": total_steps, "epoch": epoch,
-                          "epochs": epochs, "loss": value})
+            loader.set_epoch(epoch)
+            batches = iter(loader)
+            while step < total_steps:
+                timer.start_step()
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                batch = _to_device(batch, device)
+                timer.mark("data_wait")
+                with policy.autocast():  # forward + loss only; backward and step stay outside (seed-004 bug)
+                    out = model(*batch[:-1])
+                    loss = wl.loss(out, batch[-1])
+                timer.mark("forward")
+                policy.backward(loss)
+                timer.mark("backward")
+                policy.step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+                timer.mark("optimizer")
+                timer.end_step()
+                value = loss.item()
+                if not np.isfinite(value):
+                    raise FloatingPointError(f"loss became {value} at step {step} (epoch {epoch}, {phase}); "
+                                             "lower the lr or check the data")
+                losses.append(value)
+                for hook in step_hooks:
+                    hook(step, model)
+                if step % MEMORY_SAMPLE_EVERY == 0:
+                    memory.sample()
+                step += 1
+                if progress:
+                    progress({"phase": phase, "step": step, "total_steps": total_steps, "epoch": epoch,
+                              "epochs": epochs, "loss": value})
     elapsed = time.perf_counter() - t_start
     memory.sample()
     return FitStats(steps=step, time_s=elapsed, losses=losses, step_times_ms=timer.samples_ms(),
