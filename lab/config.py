@@ -134,7 +134,13 @@ class PrecisionConfig(_Family):
 
 @dataclass(frozen=True, kw_only=True)
 class PruneConfig(_Family):
-    """Weight pruning applied to the trained model (then optionally fine-tuned at ``lr * finetune_lr_factor``)."""
+    """Weight pruning applied to the trained model (then optionally fine-tuned at ``lr * finetune_lr_factor``).
+
+    ``amount`` is the fraction of weights zeroed (unstructured) or of output channels removed per layer
+    (``structured_channels``, ranked by their L``norm`` norm). ``layers`` names modules or module types
+    (``"fc"``, ``"Conv2d"``); ``()`` means every prunable layer. ``gradual`` ramps sparsity with Zhu &
+    Gupta's cubic schedule from ``start_fraction`` to ``end_fraction`` of the training steps, updating the
+    masks every ``frequency_steps`` steps (unstructured methods only)."""
 
     family: ClassVar[str] = "prune"
     METHODS: ClassVar[tuple[str, ...]] = (
@@ -146,6 +152,11 @@ class PruneConfig(_Family):
     schedule: str = "oneshot"
     finetune_epochs: int = 0
     finetune_lr_factor: float = 0.1
+    layers: tuple[str, ...] = ()
+    norm: int = 1
+    start_fraction: float = 0.0
+    end_fraction: float = 0.75
+    frequency_steps: int = 10
 
     def __post_init__(self) -> None:
         _check_choice(self._name("method"), self.method, self.METHODS)
@@ -155,6 +166,18 @@ class PruneConfig(_Family):
         _check_float(self._name("finetune_lr_factor"), self.finetune_lr_factor, lo=0.0, hi=10.0, lo_open=True)
         if self.method != "none" and self.amount == 0.0:
             _fail(self._name("amount"), self.amount, f"must be > 0 when method={self.method!r}")
+        if not isinstance(self.layers, tuple) or not all(isinstance(m, str) and m for m in self.layers):
+            _fail(self._name("layers"), self.layers, "must be a tuple of module names or types")
+        if isinstance(self.norm, bool) or not isinstance(self.norm, int) or self.norm not in (1, 2):
+            _fail(self._name("norm"), self.norm, "allowed: 1, 2")
+        _check_float(self._name("start_fraction"), self.start_fraction, lo=0.0, hi=1.0, hi_open=True)
+        _check_float(self._name("end_fraction"), self.end_fraction, lo=0.0, hi=1.0, lo_open=True)
+        if self.end_fraction <= self.start_fraction:
+            _fail(self._name("end_fraction"), self.end_fraction, f"must be > start_fraction={self.start_fraction}")
+        _check_int(self._name("frequency_steps"), self.frequency_steps, lo=1, hi=1_000_000)
+        if self.schedule == "gradual" and self.method == "structured_channels":
+            _fail(self._name("schedule"), self.schedule,
+                  "gradual is for unstructured methods; structured_channels removes channels once (oneshot)")
 
     @property
     def enabled(self) -> bool:
@@ -163,19 +186,33 @@ class PruneConfig(_Family):
 
 @dataclass(frozen=True, kw_only=True)
 class QuantConfig(_Family):
-    """Post-training (dynamic / static with calibration) or quantization-aware int8."""
+    """Post-training (dynamic / static with calibration) or quantization-aware int8.
+
+    ``observer`` picks how static calibration sets activation ranges (QAT always uses moving-average
+    fake-quant); ``per_channel`` one weight scale per output channel instead of one per tensor (static and
+    QAT; dynamic int8 uses torch's per-tensor default, the one its LSTM kernel supports); QAT
+    fine-tunes ``qat_epochs`` at ``lr * qat_lr_factor`` after the float training."""
 
     family: ClassVar[str] = "quant"
     METHODS: ClassVar[tuple[str, ...]] = ("none", "dynamic", "static", "qat")
+    OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
 
     method: str = "none"
     calibration_batches: int = 16
     backend: str = "auto"
+    observer: str = "histogram"
+    per_channel: bool = True
+    qat_epochs: int = 1
+    qat_lr_factor: float = 0.1
 
     def __post_init__(self) -> None:
         _check_choice(self._name("method"), self.method, self.METHODS)
         _check_int(self._name("calibration_batches"), self.calibration_batches, lo=1, hi=100_000)
         _check_choice(self._name("backend"), self.backend, ("auto", "x86", "fbgemm", "qnnpack"))
+        _check_choice(self._name("observer"), self.observer, self.OBSERVERS)
+        _check_bool(self._name("per_channel"), self.per_channel)
+        _check_int(self._name("qat_epochs"), self.qat_epochs, lo=1, hi=1000)
+        _check_float(self._name("qat_lr_factor"), self.qat_lr_factor, lo=0.0, hi=10.0, lo_open=True)
 
     @property
     def enabled(self) -> bool:
