@@ -21,11 +21,16 @@ from _common import emit, figure, parse_args
 from lab import RunConfig, run
 from lab.data import make_loader
 from lab.measure import MemorySampler, PhaseTimer, bootstrap_ratio_ci, median
-from lab.train import PHASES, make_optimizer, resolve, seed_everything
+from lab.train import PHASES, make_optimizer, resolve, seed_everything, thread_count
 
 
 def bare_loop_s(cfg: RunConfig) -> float:
     """The same training as ``lab.run`` without any instrumentation; returns the loop's wall time."""
+    with thread_count(cfg.threads):  # same threads as lab.run, or the comparison measures thread counts
+        return _bare_loop_s(cfg)
+
+
+def _bare_loop_s(cfg: RunConfig) -> float:
     r = resolve(cfg)
     data = r.workload.make_data(r.spec, cfg.data_seed)
     seed_everything(cfg.seed)
