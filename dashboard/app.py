@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from lab import ResultStore, RunConfig, get_workload, list_workloads, run
-from lab.config import SIZES
+from lab.config import SIZES, PrecisionConfig, PruneConfig, QuantConfig
 from lab.plots import loss_curves, phase_breakdown
 
 st.set_page_config(page_title="Training-efficiency lab", layout="wide")
@@ -26,21 +26,45 @@ with st.sidebar:
     seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="seed")
     threads = st.number_input("Threads (0 = torch default)", min_value=0, max_value=256, value=0, step=1,
                               key="threads")
+    st.subheader("Techniques")
+    precision = st.selectbox("Precision", PrecisionConfig.DTYPES, key="precision",
+                             help="auto measures a few steps and never keeps a precision slower than fp32")
+    prune_method = st.selectbox("Pruning", PruneConfig.METHODS, key="prune_method")
+    prune_amount = st.slider("Pruning amount", 0.05, 0.95, 0.5, 0.05, key="prune_amount",
+                             disabled=prune_method == "none")
+    finetune_epochs = st.number_input("Fine-tune epochs after pruning", 0, 20, 1, key="finetune_epochs",
+                                      disabled=prune_method == "none")
+    quant_method = st.selectbox("Quantization (int8, CPU)", QuantConfig.METHODS, key="quant_method")
     store_runs = st.checkbox("Store the result", value=True, key="store")
     go_button = st.button("Run", type="primary", key="run")
 
 if go_button:
-    cfg = RunConfig(workload=workload, size=size, seed=int(seed), threads=int(threads) or None)
+    overrides = {"precision.dtype": precision, "quant.method": quant_method}
+    if prune_method != "none":
+        overrides.update({"prune.method": prune_method, "prune.amount": float(prune_amount),
+                          "prune.finetune_epochs": int(finetune_epochs)})
+    try:
+        cfg = RunConfig(workload=workload, size=size, seed=int(seed), threads=int(threads) or None,
+                        device="cpu" if quant_method != "none" else "auto").with_overrides(**overrides)
+    except (ValueError, NotImplementedError) as exc:
+        st.error(f"Invalid settings: {exc}")
+        st.stop()
     bar = st.progress(0.0, text="preparing data and model")
 
     def progress(event: dict) -> None:
-        if event["phase"] == "train":
+        if "total_steps" in event:  # train, and fine-tune / QAT phases after it
             bar.progress(event["step"] / event["total_steps"],
-                         text=f"training: step {event['step']}/{event['total_steps']}  loss {event['loss']:.4f}")
+                         text=f"{event['phase']}: step {event['step']}/{event['total_steps']}  "
+                              f"loss {event['loss']:.4f}")
         elif event["phase"] == "eval":
             bar.progress(1.0, text="evaluating and measuring inference latency")
 
-    result = run(cfg, progress=progress, on_error="record")
+    try:
+        result = run(cfg, progress=progress, on_error="record")
+    except (ValueError, NotImplementedError) as exc:  # refused before any work: a message, not a traceback
+        bar.empty()
+        st.error(f"Cannot run this combination: {exc}")
+        st.stop()
     bar.empty()
     if store_runs:
         with ResultStore() as store:
@@ -65,8 +89,14 @@ else:
     left.plotly_chart(phase_breakdown([result], labels=["this run"]), key="phases")
     right.plotly_chart(loss_curves([result], labels=["loss"]), key="losses")
 
+    for tag in result.why:
+        st.warning(f"Why: {tag}")
     st.subheader("Result")
-    st.dataframe({k: [str(v)] for k, v in s.items()}, key="summary")
+    st.dataframe({"field": list(s), "value": [str(v) for v in s.values()]}, key="summary")
+    families = {k: v for k, v in result.details.items() if k in ("precision", "prune", "quant")}
+    if families:
+        with st.expander("Technique details"):
+            st.json(families, expanded=False)
     with st.expander("Environment stamp"):
         st.json(result.env)
 
