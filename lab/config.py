@@ -90,9 +90,15 @@ class DataConfig(_Family):
     persistent_workers: bool = False
     shuffle: bool = True
     drop_last: bool = True
+    storage: str = "none"  # emulated storage preset (lab.data.storage.PRESETS); "none" = in-memory, no cost
+    prefetch_depth: int = 2  # batches the thread prefetcher may hold ahead of the training loop
+
+    STORAGES: ClassVar[tuple[str, ...]] = ("none", "local_ssd", "network_fs", "object_store")
 
     def __post_init__(self) -> None:
         _check_choice(self._name("loader"), self.loader, self.LOADERS)
+        _check_choice(self._name("storage"), self.storage, self.STORAGES)
+        _check_int(self._name("prefetch_depth"), self.prefetch_depth, lo=1, hi=1024)
         _check_int(self._name("num_workers"), self.num_workers, lo=0, hi=64)
         _check_int(self._name("prefetch_factor"), self.prefetch_factor, lo=1, hi=1024, optional=True)
         for attr in ("pin_memory", "persistent_workers", "shuffle", "drop_last"):
@@ -102,13 +108,18 @@ class DataConfig(_Family):
             _fail(self._name("prefetch_factor"), self.prefetch_factor, "needs num_workers > 0")
         if self.persistent_workers and self.num_workers == 0:
             _fail(self._name("persistent_workers"), True, "needs num_workers > 0")
+        if self.loader in ("naive", "thread", "device_prefetch") and self.num_workers:
+            _fail(self._name("num_workers"), self.num_workers,
+                  f"loader={self.loader!r} reads in the main process; worker processes need loader='dataloader'")
+        if self.loader == "memory" and self.storage != "none":
+            _fail(self._name("storage"), self.storage, "the in-memory loader is the no-storage limit; use 'naive'")
         if self.loader == "memory" and (self.num_workers or self.pin_memory):
             _fail(self._name("loader"), self.loader,
                   "the in-memory loader has no workers or pinned memory; use loader='dataloader'")
 
     @property
     def enabled(self) -> bool:
-        return self.loader != "memory"
+        return self.loader != "memory" or self.storage != "none"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -52,6 +52,9 @@ def test_bad_sampler_inputs():
         ShuffledBatchSampler(5, 8)
 
 
-def test_loader_not_landed_is_refused():
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        make_loader(_tensors(), DataConfig(loader="naive"), 10)
+@pytest.mark.parametrize("loader", ["naive", "thread", "device_prefetch"])
+def test_data_lab_loaders_deliver_the_in_memory_batches(loader):
+    ref = _epoch(make_loader(_tensors(), DataConfig(), 10, seed=3), 1)
+    got = _epoch(make_loader(_tensors(), DataConfig(loader=loader), 10, seed=3), 1)
+    assert len(got) == len(ref)
+    assert all(torch.equal(a, b) for x, y in zip(got, ref, strict=True) for a, b in zip(x, y, strict=True))

@@ -84,17 +84,30 @@ class _EpochDataLoader(DataLoader):
         self.sampler.set_epoch(epoch)  # type: ignore[union-attr]
 
 
-def make_loader(tensors: Sequence[torch.Tensor], cfg: DataConfig, batch_size: int, *, seed: int = 0):
-    """Build the loader that ``cfg.loader`` names. Loaders of the data-loading lab that have not landed
-    yet raise ``NotImplementedError`` rather than falling back silently to another loader."""
+def make_loader(tensors: Sequence[torch.Tensor], cfg: DataConfig, batch_size: int, *, seed: int = 0,
+                device: torch.device | str | None = None):
+    """Build the loader that ``cfg.loader`` names; every loader yields the same batches in the same order
+    for the same seed, so swapping loaders changes speed only. ``cfg.storage`` makes each batch read cost
+    what the emulated storage preset says (:mod:`lab.data.storage`). ``device`` is used only by
+    ``device_prefetch`` (a pass-through on CPU)."""
+    from lab.data.prefetch import DevicePrefetcher, EmulatedBatchDataset, NaiveLoader, ThreadPrefetcher
+
     sampler = ShuffledBatchSampler(len(tensors[0]), batch_size, shuffle=cfg.shuffle, drop_last=cfg.drop_last,
                                    seed=seed)
     if cfg.loader == "memory":
         return InMemoryLoader(tensors, sampler)
     if cfg.loader == "dataloader":
+        dataset = TensorBatchDataset(tensors) if cfg.storage == "none" else EmulatedBatchDataset(tensors,
+                                                                                                 cfg.storage)
         return _EpochDataLoader(
-            TensorBatchDataset(tensors), sampler=sampler, batch_size=None, num_workers=cfg.num_workers,
+            dataset, sampler=sampler, batch_size=None, num_workers=cfg.num_workers,
             pin_memory=cfg.pin_memory, prefetch_factor=cfg.prefetch_factor,
             persistent_workers=cfg.persistent_workers)
-    raise NotImplementedError(f"data.loader={cfg.loader!r} is not implemented yet (data-loading lab issue); "
-                              "available now: memory, dataloader")
+    naive = NaiveLoader(tensors, sampler, cfg.storage)
+    if cfg.loader == "naive":
+        return naive
+    if cfg.loader == "thread":
+        return ThreadPrefetcher(naive, cfg.prefetch_depth)
+    if cfg.loader == "device_prefetch":
+        return DevicePrefetcher(ThreadPrefetcher(naive, cfg.prefetch_depth), device)
+    raise NotImplementedError(f"data.loader={cfg.loader!r} is not implemented (allowed: {DataConfig.LOADERS})")
