@@ -139,6 +139,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = run(cfg, progress=progress, on_error="record")
     if bar is not None:
         bar.close()
+    if result.details.get("ddp", {}).get("rank", 0) != 0:  # under torchrun/srun rank 0 alone reports and stores
+        return 0 if result.status == "ok" else 1
     stored = None
     if not args.no_store:
         with ResultStore(args.store) as store:

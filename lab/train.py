@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lab import measure, precision, transforms
+from lab import distributed, measure, precision, transforms
 from lab.config import RunConfig
 from lab.data import make_loader
 from lab.result import RunResult
@@ -43,7 +43,7 @@ class NotImplementedYet(NotImplementedError):
 
 
 # Families implemented by this loop. The other issues extend this as they land.
-_IMPLEMENTED_LOADERS = ("memory", "dataloader")
+_IMPLEMENTED_LOADERS = ("memory", "dataloader", "naive", "thread", "device_prefetch")
 
 
 def check_implemented(cfg: RunConfig) -> None:
@@ -55,9 +55,8 @@ def check_implemented(cfg: RunConfig) -> None:
         from lab import quantization
 
         quantization.check_supported(cfg)
-    if cfg.ddp.enabled:
-        missing.append(f"ddp world_size={cfg.ddp.world_size} / grad_accum_steps={cfg.ddp.grad_accum_steps} "
-                       "(distributed lab)")
+    if cfg.ddp.enabled:  # landed; refuse a backend this machine cannot run before spawning ranks
+        distributed.resolve_backend(cfg.ddp.backend, resolve_device(cfg.device))
     if missing:
         raise NotImplementedYet("not implemented yet: " + "; ".join(missing))
 
@@ -181,6 +180,8 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
     if on_error not in ("raise", "record"):
         raise ValueError(f"on_error={on_error!r} is invalid: allowed: raise, record")
     check_implemented(cfg)
+    if cfg.ddp.world_size > 1 and not distributed.detect_launch().distributed:
+        return distributed.spawn_run(cfg)  # one process per rank, each comes back here under the launcher
     r = resolve(cfg)
     result = RunResult(run_id=uuid.uuid4().hex, config=cfg.to_dict(), env={}, workload=cfg.workload,
                        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -211,6 +212,7 @@ class TrainContext:
     data: Datasets
     result: RunResult
     progress: ProgressFn | None = None
+    ddp: distributed.DDPRuntime | None = None  # set by run() when data-parallel; None = single process
     _precision_dtype: str | None = None  # cfg.precision.dtype with "auto" resolved (once, on first fit)
 
     @property
@@ -222,9 +224,15 @@ class TrainContext:
         return self.resolved.workload
 
     def make_loader(self, batch_size: int | None = None):
-        """A loader over the training split as the config asks (same batch order for the same seed)."""
-        return make_loader(self.data.train, self.cfg.data, batch_size or self.resolved.batch_size,
-                           seed=self.cfg.seed)
+        """A loader over the training split as the config asks (same batch order for the same seed).
+        Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice."""
+        batch_size = batch_size or self.resolved.batch_size
+        if self.ddp is not None and self.ddp.info.distributed:
+            world = self.ddp.info.world_size
+            loader = make_loader(self.data.train, self.cfg.data, batch_size * world, seed=self.cfg.seed,
+                                 device=self.device)
+            return distributed.RankSlicedLoader(loader, self.ddp.info.rank, world)
+        return make_loader(self.data.train, self.cfg.data, batch_size, seed=self.cfg.seed, device=self.device)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         return evaluate(model, self.workload, self.data.test, self.device, self.cfg.eval_batch_size)
@@ -237,7 +245,7 @@ class TrainContext:
         policy = precision.policy_for(self, model, lr) if self.cfg.precision.enabled else None
         stats = fit(model, optimizer, self.make_loader(), self.workload, self.device, epochs=epochs,
                     max_steps=max_steps, step_hooks=step_hooks, progress=self.progress, phase=phase,
-                    policy=policy)
+                    policy=policy, ddp=self.ddp)
         if policy is not None:
             self.result.details.setdefault("precision", {}).setdefault("phases", {})[phase] = policy.diagnostics()
         return stats
@@ -261,21 +269,26 @@ class FitStats:
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload, device: torch.device, *,
         epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
         progress: ProgressFn | None = None, phase: str = "train",
-        policy: precision.PrecisionPolicy | None = None) -> FitStats:
+        policy: precision.PrecisionPolicy | None = None, ddp: distributed.DDPRuntime | None = None) -> FitStats:
     """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
     backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
     the timed phases (a gradual pruning schedule uses this). A non-finite loss stops training with an
     error naming the step: a diverged run must never be reported as a result. ``policy`` (mixed precision,
     :mod:`lab.precision`) wraps forward + loss in autocast and owns backward and the optimizer step; the
-    default is the no-op fp32 policy, which runs exactly ``loss.backward(); optimizer.step()``."""
+    default is the no-op fp32 policy, which runs exactly ``loss.backward(); optimizer.step()``.
+    ``ddp`` (:mod:`lab.distributed`): a step is ``grad_accum_steps`` micro-batches, all but the last under
+    ``no_sync``; the "comm" phase is the time DDP's all-reduces were in flight (it overlaps backward, so it
+    is moved out of the backward figure: backward = backward wall time - comm, clipped at 0)."""
     policy = policy or precision.FP32
-    steps_per_epoch = len(loader)
+    accum = ddp.grad_accum_steps if ddp is not None else 1
+    steps_per_epoch = len(loader) // accum
     total_steps = epochs * steps_per_epoch
     if max_steps is not None:
         total_steps = min(total_steps, max_steps)
     timer = measure.PhaseTimer(phases=PHASES, sync=_sync_fn(device))
     memory = measure.MemoryTracker(device)
     losses: list[float] = []
+    comm_ms: list[float] = []
     step = 0
     model.train()
     t_start = time.perf_counter()
@@ -287,17 +300,29 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload
             batches = iter(loader)
             while step < total_steps:
                 timer.start_step()
-                batch = next(batches, None)
-                if batch is None:
+                micro_losses = []
+                for micro in range(accum):
+                    batch = next(batches, None)
+                    if batch is None:
+                        break
+                    batch = _to_device(batch, device)
+                    timer.mark("data_wait")
+                    sync_ctx = ddp.no_sync(model) if ddp is not None and micro < accum - 1 else contextlib.nullcontext()
+                    with sync_ctx:
+                        with policy.autocast():  # forward + loss only; backward and step outside (seed-004 bug)
+                            out = model(*batch[:-1])
+                            loss = wl.loss(out, batch[-1])
+                        timer.mark("forward")
+                        policy.backward(loss / accum if accum > 1 else loss)
+                        timer.mark("backward")
+                    micro_losses.append(loss)
+                if len(micro_losses) < accum:  # epoch ended inside an accumulation: drop the partial step
+                    optimizer.zero_grad(set_to_none=True)
                     break
-                batch = _to_device(batch, device)
-                timer.mark("data_wait")
-                with policy.autocast():  # forward + loss only; backward and step stay outside (seed-004 bug)
-                    out = model(*batch[:-1])
-                    loss = wl.loss(out, batch[-1])
-                timer.mark("forward")
-                policy.backward(loss)
-                timer.mark("backward")
+                if accum > 1:
+                    loss = torch.stack([m.detach() for m in micro_losses]).mean()
+                if ddp is not None and ddp.recorder is not None:
+                    comm_ms.append(ddp.recorder.end_step())
                 policy.step(optimizer)
                 optimizer.zero_grad(set_to_none=True)
                 timer.mark("optimizer")
@@ -317,7 +342,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload
                               "epochs": epochs, "loss": value})
     elapsed = time.perf_counter() - t_start
     memory.sample()
-    return FitStats(steps=step, time_s=elapsed, losses=losses, step_times_ms=timer.samples_ms(),
+    samples = timer.samples_ms()
+    if comm_ms and len(comm_ms) == len(samples["comm"]):
+        samples["backward"] = [max(b - c, 0.0) for b, c in zip(samples["backward"], comm_ms, strict=True)]
+        samples["comm"] = comm_ms
+    return FitStats(steps=step, time_s=elapsed, losses=losses, step_times_ms=samples,
                     peak_memory_mb=memory.peak_mb(), memory_kind=memory.kind)
 
 
@@ -325,6 +354,8 @@ def _train_and_measure(cfg: RunConfig, r: Resolved, result: RunResult, progress:
     wl, device = r.workload, r.device
     data: Datasets = wl.make_data(r.spec, cfg.data_seed)
     ctx = TrainContext(cfg=cfg, resolved=r, data=data, result=result, progress=progress)
+    ctx.ddp, created_group = distributed.setup_for_run(cfg, device)
+    main_rank = ctx.ddp is None or ctx.ddp.info.rank == 0  # only rank 0 evaluates and reports
     seed_everything(cfg.seed)
     model = wl.make_model(r.spec).to(device)
     steps_per_epoch = len(ctx.make_loader())
@@ -337,13 +368,23 @@ def _train_and_measure(cfg: RunConfig, r: Resolved, result: RunResult, progress:
                     "loader_workers": cfg.data.num_workers},
     })
 
-    before = ctx.evaluate(model)
-    result.metric_before = before[wl.metric_name]
-    if progress:
-        progress({"phase": "eval_before", "metrics": before})
+    if main_rank:
+        before = ctx.evaluate(model)
+        result.metric_before = before[wl.metric_name]
+        if progress:
+            progress({"phase": "eval_before", "metrics": before})
 
     model, hooks = transforms.before_training(ctx, model)
+    if ctx.ddp is not None:
+        model = distributed.wrap(model, ctx.ddp, cfg.ddp, device)
     stats = ctx.fit(model, epochs=r.epochs, lr=r.lr, max_steps=cfg.max_steps, step_hooks=hooks)
+    if ctx.ddp is not None:
+        model = distributed.unwrap(model)
+        result.details["ddp"] = distributed.describe(ctx.ddp, cfg, r.batch_size, r.lr)
+        if created_group:
+            distributed.finish()
+        if not main_rank:
+            return
     result.train_time_s = stats.time_s
     result.steps = stats.steps
     result.losses = stats.losses
