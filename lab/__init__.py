@@ -9,6 +9,7 @@ Public API (re-exports only)::
 Start with notebooks/00_tour.ipynb; ``python -m lab --help`` for the command line.
 """
 
+from lab.ablation import Ablation, run_ablation
 from lab.config import DataConfig, DDPConfig, PrecisionConfig, PruneConfig, QuantConfig, RunConfig
 from lab.result import RunResult
 from lab.store import ResultStore, default_store_path
@@ -16,7 +17,7 @@ from lab.train import NotImplementedYet, run
 from lab.workloads import Datasets, SizeSpec, Workload, get_workload, list_workloads, register_workload
 
 __all__ = [
-    "DDPConfig", "DataConfig", "Datasets", "NotImplementedYet", "PrecisionConfig", "PruneConfig",
+    "Ablation", "DDPConfig", "DataConfig", "Datasets", "NotImplementedYet", "PrecisionConfig", "PruneConfig",
     "QuantConfig", "ResultStore", "RunConfig", "RunResult", "SizeSpec", "Workload", "default_store_path",
-    "get_workload", "list_workloads", "register_workload", "run",
+    "get_workload", "list_workloads", "register_workload", "run", "run_ablation",
 ]

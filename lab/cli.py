@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp_p.add_argument("--store", metavar="PATH")
     exp_p.add_argument("--out", metavar="CSV", required=True)
 
+    # Parsed by lab.ablate_cli (main() hands it the rest of the line); listed here for --help.
+    sub.add_parser("ablate", help="run an ablation recipe or technique stack (python -m lab ablate --help)",
+                   add_help=False)
+
     bench_p = sub.add_parser("bench", help="run benchmarks/*.py and write their JSON")
     bench_p.add_argument("--quick", action="store_true", help="each benchmark's short setting")
     bench_p.add_argument("--only", help="comma-separated benchmark names (default: all)")
@@ -214,6 +218,14 @@ COMMANDS = {"run": _cmd_run, "runs": _cmd_runs, "export": _cmd_export, "bench": 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 a run failed, 2 a usage or configuration error)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["ablate"]:
+        from lab.ablate_cli import main as ablate_main
+
+        try:
+            return ablate_main(argv[1:])
+        except SystemExit as exc:  # argparse's --help / usage errors inside the sub-CLI
+            return int(exc.code or 0)
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)

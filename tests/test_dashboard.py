@@ -1,4 +1,5 @@
-"""The Streamlit app driven headless through Streamlit's AppTest: pick, run on tiny, see the result."""
+"""The Streamlit app driven headless through Streamlit's AppTest: choose, run a tiny ablation, see the
+verdict, table and charts; bad input is a message; stored ablations can be browsed again."""
 
 from __future__ import annotations
 
@@ -9,57 +10,70 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from lab import ResultStore  # noqa: E402
+
 APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+
+
+def _chart_ids(at: AppTest) -> str:
+    # AppTest has no typed accessor for plotly charts (nor keys on dataframes): the element id embeds the key
+    return " ".join(el.proto.id for el in at.get("plotly_chart"))
 
 
 def test_app_starts_with_instructions():
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception
-    assert any("Run" in info.value for info in at.info)
+    assert any("Run ablation" in info.value for info in at.info)
     assert {"ctr", "sequence", "vision"} <= set(at.selectbox(key="workload").options)
+    assert {"stacked", "quantization", "pruning_sweep"} <= set(at.selectbox(key="recipe").options)
 
 
-def test_run_tiny_shows_result_and_stores_it(private_store):
-    at = AppTest.from_file(APP, default_timeout=120).run()
+def _tiny_custom(at: AppTest, techniques: list[str]) -> AppTest:
     at.selectbox(key="workload").select("sequence")
     at.selectbox(key="size").select("tiny")
-    at.number_input(key="threads").set_value(1)
-    at.button(key="run").click().run()
-    assert not at.exception, at.exception
-    labels = [m.label for m in at.metric]
-    assert "accuracy" in labels and "train time" in labels
-    assert private_store.exists()
-    from lab import ResultStore
-
-    with ResultStore(private_store) as store:
-        df = store.load_runs()
-    assert len(df) == 1 and df.iloc[0]["workload"] == "sequence"
+    at.radio(key="mode").set_value("techniques").run()
+    at.multiselect(key="techniques").set_value(techniques)
+    at.number_input(key="repeats").set_value(1)
+    return at
 
 
-def test_run_with_techniques_shows_why_and_details():
-    at = AppTest.from_file(APP, default_timeout=120).run()
-    at.selectbox(key="workload").select("ctr")
-    at.selectbox(key="size").select("tiny")
-    at.number_input(key="threads").set_value(1)
-    at.selectbox(key="prune_method").select("l1_unstructured").run()  # enables the amount widgets
-    at.slider(key="prune_amount").set_value(0.5)
-    at.number_input(key="finetune_epochs").set_value(0)
+def test_run_tiny_ablation_shows_verdict_table_and_stores_runs(private_store):
+    at = _tiny_custom(AppTest.from_file(APP, default_timeout=120).run(), ["prune50"])
     at.button(key="run").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    assert any(e.label == "Technique details" for e in at.expander)
-    from lab import ResultStore
+    assert at.success and "Best within 1 pt" in at.success[0].value
+    table = at.dataframe[0].value  # the Ablation tab comes first
+    assert list(table["arm"]) == ["baseline", "prune50"] and table.iloc[0]["train_speedup"] == 1.0
+    assert all(k in _chart_ids(at) for k in ("pareto_chart", "speedup_chart", "phases_chart", "stored_chart"))
+    at.selectbox(key="detail_arm").select("prune50").run()
+    assert "detail_per-layer sparsity" in _chart_ids(at)  # the per-technique figure of the chosen arm
+    with ResultStore(private_store) as store:
+        assert store.count(status="ok") == 2
+    # pressing Run again resumes: nothing new is trained, the stored runs are reused
+    at.button(key="run").click().run()
+    with ResultStore(private_store) as store:
+        assert store.count() == 2
+    assert "stored_ablation" in [s.key for s in at.selectbox]
+    assert list(at.dataframe[1].value["arm"]) == ["baseline", "prune50"]  # the stored ablation, re-read
 
-    with ResultStore() as store:
-        (res,) = store.list_results()
-    assert res.config["prune"]["method"] == "l1_unstructured" and "prune" in res.details
 
-
-def test_combination_that_cannot_run_is_a_message_not_a_traceback():
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.selectbox(key="size").select("tiny")
-    at.selectbox(key="precision").select("fp16")
-    at.selectbox(key="quant_method").select("static")
+@pytest.mark.parametrize("bad, message", [("repeats", "Repeats must be at least 1"),
+                                          ("techniques", "Pick at least one technique")])
+def test_bad_input_is_a_message_not_a_traceback(bad, message):
+    at = _tiny_custom(AppTest.from_file(APP, default_timeout=60).run(), ["bf16"])
+    if bad == "repeats":
+        at.number_input(key="repeats").set_value(0)
+    else:
+        at.multiselect(key="techniques").set_value([])
     at.button(key="run").click().run()
     assert not at.exception
-    assert at.error and "Cannot run this combination" in at.error[0].value
+    assert at.error and message in at.error[0].value
+
+
+def test_conflicting_factorial_is_a_message():
+    at = _tiny_custom(AppTest.from_file(APP, default_timeout=60).run(), ["bf16", "fp16"])
+    at.checkbox(key="factorial").check()
+    at.button(key="run").click().run()
+    assert not at.exception
+    assert at.error and "Cannot build this ablation" in at.error[0].value

@@ -1,0 +1,174 @@
+"""Technique registry and named ablation recipes (taught in ``notebooks/06_ablations``).
+
+A *technique* is one user-facing option string (Accelerate-style) mapped to ``RunConfig`` overrides, e.g.
+``"bf16" -> {"precision.dtype": "bf16"}``. A *recipe* is a plain function ``base RunConfig -> Ablation``.
+Both live in registries that the dashboard and the CLI read for their choices, so a technique that lands
+later (a new loader, DDP) is one ``register_technique`` call or one recipe function, never an app change.
+
+Techniques that set the same config key to different values cannot be stacked (``combine`` raises), so a
+factorial over, say, ``bf16`` and ``fp16`` is refused instead of silently keeping one of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.ablation import Ablation
+from lab.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Technique:
+    """One option string: the config overrides it means, its family and a one-line explanation."""
+
+    name: str
+    overrides: dict[str, Any]
+    family: str
+    description: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple)  # e.g. ("cpu_only",) shown in the UI
+
+
+TECHNIQUES: dict[str, Technique] = {}
+
+
+def register_technique(tech: Technique, *, overwrite: bool = False) -> Technique:
+    """Add a technique to the registry the dashboard and recipes read. Validates the overrides against
+    ``RunConfig`` at once, so a typo fails here and not in the middle of an ablation."""
+    if tech.name in TECHNIQUES and not overwrite:
+        raise ValueError(f"technique {tech.name!r} is already registered (pass overwrite=True to replace it)")
+    RunConfig().with_overrides(**tech.overrides)
+    TECHNIQUES[tech.name] = tech
+    return tech
+
+
+def list_techniques(family: str | None = None) -> list[str]:
+    return [n for n, t in TECHNIQUES.items() if family is None or t.family == family]
+
+
+def get_technique(name: str) -> Technique:
+    try:
+        return TECHNIQUES[name]
+    except KeyError:
+        raise ValueError(f"technique={name!r} is unknown: allowed: {', '.join(TECHNIQUES)}") from None
+
+
+# Quantization runs on CPU engines (fbgemm/x86/qnnpack), so its arms pin the device; on a CPU box that
+# equals the baseline's "auto" device. On a GPU box compare int8 arms against a cpu baseline.
+_BUILTIN = [
+    Technique("bf16", {"precision.dtype": "bf16"}, "precision", "autocast to bfloat16 (no loss scaling)"),
+    Technique("fp16", {"precision.dtype": "fp16"}, "precision", "autocast to float16 + GradScaler"),
+    Technique("amp_auto", {"precision.dtype": "auto"}, "precision",
+              "measure a few steps, keep a low precision only if it is faster"),
+    Technique("prune30", {"prune.method": "l1_unstructured", "prune.amount": 0.3, "prune.finetune_epochs": 1},
+              "prune", "L1 magnitude masks, 30 % of weights, 1 fine-tune epoch"),
+    Technique("prune50", {"prune.method": "l1_unstructured", "prune.amount": 0.5, "prune.finetune_epochs": 1},
+              "prune", "L1 magnitude masks, 50 % of weights, 1 fine-tune epoch"),
+    Technique("prune70", {"prune.method": "l1_unstructured", "prune.amount": 0.7, "prune.finetune_epochs": 1},
+              "prune", "L1 magnitude masks, 70 % of weights, 1 fine-tune epoch"),
+    Technique("int8_dynamic", {"quant.method": "dynamic", "device": "cpu"}, "quant",
+              "dynamic int8 (weights ahead of time, activations on the fly)", ("cpu_only",)),
+    Technique("int8_static", {"quant.method": "static", "device": "cpu"}, "quant",
+              "static int8 with calibration", ("cpu_only",)),
+    Technique("int8_qat", {"quant.method": "qat", "device": "cpu"}, "quant",
+              "quantization-aware fine-tuning, then int8", ("cpu_only",)),
+    Technique("workers2", {"data.loader": "dataloader", "data.num_workers": 2}, "data",
+              "torch DataLoader with 2 worker processes (they share the cores with compute)"),
+]
+for _t in _BUILTIN:
+    register_technique(_t, overwrite=True)
+
+
+def combine(names: Iterable[str]) -> dict[str, Any]:
+    """Merged overrides of several techniques; conflicting values for one key raise ValueError."""
+    merged: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for name in names:
+        for key, value in get_technique(name).overrides.items():
+            if key in merged and merged[key] != value:
+                raise ValueError(f"techniques {owner[key]!r} and {name!r} conflict on {key}: "
+                                 f"{merged[key]!r} vs {value!r}; stack techniques that set different fields")
+            merged[key], owner[key] = value, name
+    return merged
+
+
+def arm_name(techniques: Sequence[str]) -> str:
+    return "+".join(techniques) if techniques else "baseline"
+
+
+def from_techniques(name: str, base: RunConfig, arms: Iterable[Sequence[str]]) -> Ablation:
+    """An Ablation whose arms are technique stacks (the baseline is always added first)."""
+    stacks: dict[str, tuple[str, ...]] = {"baseline": ()}
+    for techs in arms:
+        stacks[arm_name(tuple(techs))] = tuple(techs)
+    configs = {arm: base.with_overrides(**combine(techs)) for arm, techs in stacks.items()}
+    return Ablation(name=name, baseline=base, arms=configs, techniques=stacks)
+
+
+# ---------------------------------------------------------------------------------------------- recipes
+
+def data_loading(base: RunConfig) -> Ablation:
+    """In-memory batches vs a DataLoader with workers (loader variants join via register_technique)."""
+    return from_techniques("data_loading", base, [[t] for t in list_techniques("data")])
+
+
+def mixed_precision(base: RunConfig) -> Ablation:
+    """fp32 vs bf16 vs fp16 vs auto: on a CPU without native bf16 the low-precision arms are slower."""
+    return from_techniques("mixed_precision", base, [[t] for t in list_techniques("precision")])
+
+
+def pruning_sweep(base: RunConfig, amounts: Sequence[float] = (0.3, 0.5, 0.7)) -> Ablation:
+    """Unstructured L1 at several sparsities: masks alone buy no dense-kernel speed, only size."""
+    arms = []
+    for amount in amounts:
+        name = f"prune{round(amount * 100)}"
+        if name not in TECHNIQUES:
+            register_technique(Technique(name, {"prune.method": "l1_unstructured", "prune.amount": float(amount),
+                                                "prune.finetune_epochs": 1}, "prune", f"L1 masks, {amount:.0%}"))
+        arms.append([name])
+    return from_techniques("pruning_sweep", base, arms)
+
+
+def quantization(base: RunConfig) -> Ablation:
+    """dynamic vs static vs QAT int8 against the fp32 baseline (inference speed, size, accuracy)."""
+    return from_techniques("quantization", base, [[t] for t in list_techniques("quant")])
+
+
+def distributed(base: RunConfig, world_sizes: Sequence[int] = (2,)) -> Ablation:
+    """DDP arms by world size. Until the DDP issue lands these arms become error rows ("not implemented
+    yet"), which the table shows instead of silently running the baseline."""
+    arms = {f"ddp{w}": base.with_overrides(**{"ddp.world_size": int(w)}) for w in world_sizes}
+    return Ablation(name="distributed", baseline=base, arms={"baseline": base, **arms},
+                    techniques={"baseline": (), **{a: (a,) for a in arms}})
+
+
+def factorial(base: RunConfig, techniques: Sequence[str], name: str = "factorial") -> Ablation:
+    """Every subset of ``techniques`` (2^k arms): the data ``interaction_effects`` needs to tell whether
+    two techniques compound or cancel."""
+    if not techniques:
+        raise ValueError("techniques=[] is invalid: allowed: one or more of " + ", ".join(TECHNIQUES))
+    combine(techniques)  # conflicts fail before 2^k configs are built
+    subsets = [c for k in range(1, len(techniques) + 1) for c in itertools.combinations(techniques, k)]
+    return from_techniques(name, base, subsets)
+
+
+def stacked(base: RunConfig) -> Ablation:
+    """The seeds' combined recipes: AMP + pruning, loader workers + AMP, pruning + int8, each alone too."""
+    return from_techniques("stacked", base, [["bf16"], ["prune50"], ["int8_dynamic"], ["workers2"],
+                                             ["bf16", "prune50"], ["workers2", "bf16"],
+                                             ["prune50", "int8_dynamic"]])
+
+
+RECIPES: dict[str, Callable[[RunConfig], Ablation]] = {
+    "stacked": stacked, "mixed_precision": mixed_precision, "pruning_sweep": pruning_sweep,
+    "quantization": quantization, "data_loading": data_loading, "distributed": distributed,
+}
+
+
+def get_recipe(name: str) -> Callable[[RunConfig], Ablation]:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ValueError(f"recipe={name!r} is unknown: allowed: {', '.join(RECIPES)}") from None

@@ -1,0 +1,184 @@
+"""run_ablation: interleaving, columns, exact baseline, error rows, resume after SIGKILL; CI maths on
+synthetic samples; budget search, Pareto front and interaction effects on a hand-made table."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pandas")
+import pandas as pd  # noqa: E402
+
+from lab import ResultStore, RunConfig, RunResult, run  # noqa: E402
+from lab.ablation import (  # noqa: E402
+    COLUMNS,
+    Ablation,
+    best_under_budget,
+    end_to_end_train_s,
+    interaction_effects,
+    pareto_front,
+    run_ablation,
+    summarize,
+)
+from lab.stats import bootstrap_ratio_ci  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _two_arm(toy_workload, name: str = "t") -> Ablation:
+    base = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=5)
+    return Ablation(name=name, baseline=base, arms={"bf16": base.with_overrides(**{"precision.dtype": "bf16"})})
+
+
+def test_two_arm_ablation_has_documented_columns_and_exact_baseline(toy_workload, private_store):
+    events = []
+    with ResultStore(private_store) as store:
+        df = run_ablation(_two_arm(toy_workload), repeats=2, store=store, progress=events.append)
+        assert store.count(status="ok") == 4
+    assert list(df.columns) == COLUMNS and list(df["arm"]) == ["baseline", "bf16"]
+    base = df.iloc[0]
+    for k in ("train_speedup", "train_speedup_lo", "train_speedup_hi", "infer_speedup", "step_speedup"):
+        assert base[k] == 1.0
+    assert base["acc_loss_pt"] == 0.0 and base["within_noise"]
+    arm = df.iloc[1]
+    assert arm["status"] == "ok" and arm["n_ok"] == 2
+    assert arm["train_speedup_lo"] <= arm["train_speedup"] <= arm["train_speedup_hi"]
+    assert arm["metric_name"] == "accuracy" and arm["hardware_id"]
+    order = [e["arm"] for e in events if e["phase"] == "ablation"]
+    assert order == ["baseline", "bf16", "baseline", "bf16"]  # interleaved, not blocked
+
+
+def test_failing_arm_is_an_error_row_and_the_others_finish(toy_workload):
+    def flaky(cfg, **kw):
+        if cfg.precision.dtype == "bf16":
+            raise RuntimeError("kernel missing")
+        return run(cfg, **kw)
+
+    df = run_ablation(_two_arm(toy_workload), repeats=1, run_fn=flaky)
+    bad = df.set_index("arm").loc["bf16"]
+    assert bad["status"] == "error" and "kernel missing" in bad["error"] and pd.isna(bad["train_speedup"])
+    assert df.set_index("arm").loc["baseline", "status"] == "ok"
+
+
+def test_resume_after_sigkill_reruns_only_missing_runs(toy_workload, private_store):
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from conftest import TOY
+        from lab import ResultStore, RunConfig, register_workload
+        from lab.ablation import Ablation, run_ablation
+        register_workload(TOY, overwrite=True)
+        base = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=5)
+        ab = Ablation(name="t", baseline=base, arms={{"bf16": base.with_overrides(**{{"precision.dtype": "bf16"}})}})
+        def die(ev):
+            if ev["phase"] == "ablation" and ev["done"] == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+        run_ablation(ab, repeats=3, store=ResultStore({str(private_store)!r}), progress=die)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    with ResultStore(private_store) as store:
+        assert store.count(status="ok") == 3  # nothing finished was lost
+        calls = []
+
+        def counting(cfg, **kw):
+            calls.append(cfg.precision.dtype)
+            return run(cfg, **kw)
+
+        df = run_ablation(_two_arm(toy_workload), repeats=3, store=store, run_fn=counting)
+        assert calls == ["bf16", "fp32", "bf16"]  # only the 3 missing (arm, repeat) runs
+        assert store.count(status="ok") == 6
+    assert list(df["n_ok"]) == [3, 3]
+
+
+def test_bad_arguments_raise_value_error_naming_the_field(toy_workload):
+    ab = _two_arm(toy_workload)
+    with pytest.raises(ValueError, match="repeats=0"):
+        run_ablation(ab, repeats=0)
+    with pytest.raises(ValueError, match="seeds"):
+        run_ablation(ab, seeds=())
+    with pytest.raises(ValueError, match="arms"):
+        Ablation(name="x", baseline=ab.baseline, arms={})
+
+
+# ---------------------------------------------------------------------------------------------- synthetic
+
+def _fake(train_s: float, lat: list[float], metric: float, *, seed=0, why=(), details=None) -> RunResult:
+    return RunResult(run_id="x" * 32, config={"seed": seed}, env={"hardware_id": "hw"}, metric_name="accuracy",
+                     metric=metric,
+                     train_time_s=train_s, latency_ms={"batch_256": lat}, model_bytes=100, macs_per_sample=10,
+                     why=list(why), details=details or {})
+
+
+def test_speedup_and_ci_on_synthetic_samples_match_bootstrap():
+    base = [_fake(t, [4.0, 4.2, 3.9], 0.90) for t in (2.0, 2.2, 1.9)]
+    arm = [_fake(t, [2.0, 2.1, 1.9], m, details={"prune": {"finetune": {"time_s": 0.5}}})
+           for t, m in ((0.5, 0.88), (0.6, 0.89), (0.55, 0.87))]
+    df = summarize({"baseline": base, "fast": arm}).set_index("arm")
+    est, lo, hi = bootstrap_ratio_ci([2.0, 2.2, 1.9], [1.0, 1.1, 1.05])  # fine-tune time counted
+    assert df.loc["fast", "train_speedup"] == pytest.approx(est) == pytest.approx(2.0 / 1.05)
+    assert (df.loc["fast", "train_speedup_lo"], df.loc["fast", "train_speedup_hi"]) == pytest.approx((lo, hi))
+    assert df.loc["fast", "infer_speedup"] == pytest.approx(4.0 / 2.0)
+    assert df.loc["fast", "acc_loss_pt"] == pytest.approx(100 * (0.90 - 0.88))
+    assert end_to_end_train_s(arm[0]) == pytest.approx(1.0)
+
+
+def test_within_noise_uses_the_seed_spread():
+    base = [_fake(1.0, [1.0], m, seed=s) for s, m in enumerate((0.80, 0.84, 0.88, 0.82))]  # IQR 3.5 points
+    df = summarize({"baseline": base, "a": [_fake(1.0, [1.0], 0.83)], "b": [_fake(1.0, [1.0], 0.70)]})
+    df = df.set_index("arm")
+    assert df.loc["a", "within_noise"] and not df.loc["b", "within_noise"]
+    assert df.loc["a", "noise_pt"] == pytest.approx(3.5)
+    one_seed = summarize({"baseline": [_fake(1.0, [1.0], 0.8)] * 3, "a": [_fake(1.0, [1.0], 0.79)]})
+    assert one_seed.iloc[1]["within_noise"] is None and math.isnan(one_seed.iloc[1]["noise_pt"])  # unknown, not 0
+
+
+def _table() -> pd.DataFrame:
+    rows = [("baseline", "", 1.0, 0.0), ("p", "p", 1.3, 0.4), ("q", "q", 1.5, 2.5), ("p+q", "p+q", 2.4, 2.2),
+            ("slow", "slow", 0.8, 0.5)]
+    df = pd.DataFrame([{c: None for c in COLUMNS} | {"arm": a, "techniques": t, "status": "ok", "train_speedup": s,
+                                                      "train_speedup_lo": s - 0.1, "acc_loss_pt": loss}
+                       for a, t, s, loss in rows])
+    return df
+
+
+def test_budget_pareto_and_interactions_on_a_hand_made_table():
+    df = _table()
+    assert best_under_budget(df, 1.0)["arm"] == "p"
+    assert best_under_budget(df, 3.0)["arm"] == "p+q"
+    assert best_under_budget(df, 0.0)["arm"] == "baseline"
+    with pytest.raises(ValueError, match="budget_pt"):
+        best_under_budget(df, -1)
+    assert pareto_front(df) == ["p+q", "p", "baseline"]  # q and slow are dominated
+    (row,) = interaction_effects(df).to_dict("records")
+    assert row["expected_speedup"] == pytest.approx(1.95) and row["verdict"] == "compound"
+    assert row["expected_loss_pt"] == pytest.approx(2.9) and not math.isnan(row["speed_interaction"])
+
+
+def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workload, private_store, capsys):
+    from lab.ablate_cli import main
+
+    assert main(["--workload", "toy", "--techniques", "bf16", "--repeats", "1", "--db", str(private_store)]) == 0
+    out = capsys.readouterr().out
+    assert "baseline" in out and "bf16" in out and "best within 1 pt" in out
+    assert main(["--recipe", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lab: error: recipe='nope' is unknown") and "\n" not in err
+
+
+def test_stored_ablations_are_grouped_by_workload_size_and_threads(toy_workload, private_store):
+    from lab.ablation import load_stored, stored_ablations
+
+    ab = _two_arm(toy_workload, name="grp")
+    with ResultStore(private_store) as store:
+        run_ablation(ab, repeats=1, store=store)
+        other = Ablation(name="grp", baseline=ab.baseline.with_overrides(threads=2), arms={"bf16": ab.arms["bf16"]})
+        assert other.key != ab.key  # another thread count is another comparison
+        assert stored_ablations(store) == ["grp@toy/tiny/t1"]
+        runs = load_stored(store, ab.key)
+    assert {a: len(r) for a, r in runs.items()} == {"baseline": 1, "bf16": 1}

@@ -1,0 +1,75 @@
+"""The technique registry and recipes: every entry is a valid config that really runs, stacks refuse
+conflicts, a factorial has 2^k arms, and a new technique joins a recipe by registration alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab import RunConfig, run
+from lab.recipes import (
+    RECIPES,
+    TECHNIQUES,
+    Technique,
+    combine,
+    data_loading,
+    factorial,
+    get_recipe,
+    get_technique,
+    register_technique,
+    stacked,
+)
+
+
+@pytest.fixture
+def base(toy_workload) -> RunConfig:
+    return RunConfig(workload="toy", size="tiny", threads=1, max_steps=6, latency_repeats=3)
+
+
+@pytest.mark.parametrize("name", sorted(TECHNIQUES))
+def test_every_technique_changes_the_config_and_runs(name, base):
+    cfg = base.with_overrides(**get_technique(name).overrides)
+    assert cfg != base and cfg.enabled_families()  # a technique that changes nothing is a bug
+    result = run(cfg, on_error="record")
+    assert result.status == "ok", result.error
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_builds_an_ablation_with_the_baseline_first(name, base):
+    ab = get_recipe(name)(base)
+    arms = list(ab.arms)
+    assert arms[0] == "baseline" and ab.arms["baseline"] == base and len(arms) >= 2
+    assert all(cfg.workload == "toy" and cfg.size == "tiny" for cfg in ab.arms.values())
+
+
+def test_stacked_contains_the_seeds_combinations(base):
+    ab = stacked(base)
+    assert {"bf16+prune50", "workers2+bf16", "prune50+int8_dynamic"} <= set(ab.arms)
+    cfg = ab.arms["bf16+prune50"]
+    assert cfg.precision.dtype == "bf16" and cfg.prune.amount == 0.5
+
+
+def test_factorial_has_all_subsets_and_refuses_conflicts(base):
+    ab = factorial(base, ["bf16", "prune50", "int8_dynamic"])
+    assert len(ab.arms) == 8 and ab.techniques["bf16+prune50+int8_dynamic"] == ("bf16", "prune50", "int8_dynamic")
+    with pytest.raises(ValueError, match="conflict on precision.dtype"):
+        factorial(base, ["bf16", "fp16"])
+    with pytest.raises(ValueError, match="techniques=\\[\\]"):
+        factorial(base, [])
+    with pytest.raises(ValueError, match="technique='nope' is unknown"):
+        combine(["nope"])
+    with pytest.raises(ValueError, match="recipe='nope' is unknown"):
+        get_recipe("nope")
+
+
+def test_a_new_loader_is_one_registration_not_an_app_change(base):
+    name = "workers1_test"
+    try:
+        register_technique(Technique(name, {"data.loader": "dataloader", "data.num_workers": 1}, "data"))
+        assert name in data_loading(base).arms
+        with pytest.raises(ValueError, match="already registered"):
+            register_technique(Technique(name, {"data.num_workers": 1}, "data"))
+        with pytest.raises(ValueError):  # overrides are validated at registration
+            register_technique(Technique("bad_test", {"data.num_workers": -1}, "data"))
+    finally:
+        TECHNIQUES.pop(name, None)
+        TECHNIQUES.pop("bad_test", None)
