@@ -6,14 +6,16 @@ and reuses finished runs), and the page shows which combination buys the most sp
 accuracy, with 95 % CIs. The app stays thin: choices come from the registries in ``lab.recipes``, numbers
 from ``lab.ablation``, figures from ``lab.plots``. Default: recipe ``stacked`` on ``ctr`` at size ``tiny``,
 1 repeat: 8 runs, ~15 s on 2 CPU cores (one repeat gives no CI: the whiskers collapse); ``small`` with 3
-repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores).
+repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores). Two more pages: the scaling
+model (``lab.scaling_model`` projected over link presets) and a data-loading explorer (one short run per
+loader on emulated storage: phase bars and the data-wait timeline).
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from lab import ResultStore, RunConfig, list_workloads
+from lab import ResultStore, RunConfig, list_workloads, run
 from lab.ablation import (
     best_under_budget,
     interaction_effects,
@@ -24,9 +26,12 @@ from lab.ablation import (
     stored_ablations,
     summarize,
 )
-from lab.config import SIZES
+from lab.config import SIZES, DataConfig
 from lab.plots import phase_breakdown, speedup_bars, speedup_vs_accuracy, technique_figures
+from lab.plots_data import phase_bars, wait_timeline
+from lab.plots_distributed import scaling_curves
 from lab.recipes import RECIPES, TECHNIQUES, factorial, from_techniques
+from lab.scaling_model import LINK_PRESETS, powers_of_two, project
 
 SPEEDS = {"train_speedup": "training (end-to-end)", "step_speedup": "training step",
           "infer_speedup": "inference (batch 256)"}
@@ -171,9 +176,57 @@ with tab_stored:
         st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs")
 
 with tab_scaling:
-    st.info("The scaling model (α-β all-reduce projection) appears here when the distributed issue lands; "
-            "until then the `distributed` recipe shows its arms as 'not implemented yet' rows.")
+    st.markdown("How far does data parallelism scale? The α-β ring all-reduce model (`lab.scaling_model`) "
+                "projects one worker's step onto *p* workers for each link. Calibrate α and β on this machine "
+                "in notebook 05 or `benchmarks/distributed.py`.")
+    sc1, sc2, sc3 = st.columns(3)
+    compute_ms = sc1.number_input("Compute per step, one worker (ms)", 0.1, 100_000.0, 100.0, key="sc_compute")
+    grad_mb = sc2.number_input("Gradient size (MB, fp32 params × 4)", 0.01, 100_000.0, 100.0, key="sc_grad")
+    overlap = sc3.slider("Backward that hides comm", 0.0, 1.0, 0.5, 0.05, key="sc_overlap")
+    links = st.multiselect("Links", list(LINK_PRESETS), default=["10GbE", "100GbE", "NVLink"], key="sc_links")
+    max_p = st.select_slider("Up to workers", options=[8, 64, 256, 1024], value=256, key="sc_maxp")
+    if not links:
+        st.warning("Pick at least one link.")
+    else:
+        ps = powers_of_two(int(max_p))
+        rows = {name: project(compute_ms / 1e3, grad_mb * 1e6, ps, LINK_PRESETS[name], overlap=overlap)
+                for name in links}
+        st.plotly_chart(scaling_curves(rows), key="sc_chart")
+        st.dataframe([{"link": n, "p": r["p"], "speedup": round(r["speedup"], 2),
+                       "efficiency": f"{r['efficiency']:.0%}", "comm_ms": round(r["comm_ms"], 2)}
+                      for n, rs in rows.items() for r in rs if r["p"] in (2, 4, 8, max_p)], key="sc_table")
 
 with tab_data:
-    st.info("The data-loading explorer (stall timeline, workers × prefetch tuner) appears here when the "
-            "data-loading issue lands; the `data_loading` recipe already compares the loaders that exist.")
+    st.markdown("Is training waiting for data? One short run of the chosen workload per loader, on emulated "
+                "storage (real file reads plus a per-read latency and bandwidth cap, `lab.data.storage`).")
+    dc1, dc2, dc3 = st.columns(3)
+    storage = dc1.selectbox("Storage", DataConfig.STORAGES, index=DataConfig.STORAGES.index("network_fs"),
+                            key="dl_storage")
+    depth = dc2.number_input("Prefetch depth (thread loader)", 1, 64, 4, key="dl_depth")
+    dl_steps = dc3.number_input("Steps per loader", 10, 2000, 40, key="dl_steps")
+    loaders = st.multiselect("Loaders", ["naive", "thread", "dataloader"], default=["naive", "thread"],
+                             key="dl_loaders")
+    if st.button("Measure loaders", key="dl_run"):
+        if not loaders:
+            st.warning("Pick at least one loader.")
+        else:
+            samples, rows = {}, []
+            dl_bar = st.progress(0.0, text="measuring")
+            for i, name in enumerate(loaders):
+                data_cfg = DataConfig(loader=name, storage=storage, prefetch_depth=int(depth),
+                                      num_workers=2 if name == "dataloader" else 0)
+                res = run(RunConfig(workload=workload, size="tiny", threads=1, max_steps=int(dl_steps),
+                                    latency_repeats=0, data=data_cfg), on_error="record")
+                dl_bar.progress((i + 1) / len(loaders), text=f"{name}: {res.status}")
+                if res.status == "ok":
+                    samples[name] = res.step_times_ms
+                    rows.append({"loader": name, "data wait": f"{100 * res.data_wait_fraction:.1f} %",
+                                 "samples/s": round(res.throughput_samples_per_s or 0.0)})
+                else:
+                    st.error(f"{name}: {res.error}")
+            dl_bar.empty()
+            if samples:
+                st.dataframe(rows, key="dl_table")
+                d1, d2 = st.columns(2)
+                d1.plotly_chart(phase_bars(samples), key="dl_phases")
+                d2.plotly_chart(wait_timeline(samples), key="dl_timeline")

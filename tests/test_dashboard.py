@@ -77,3 +77,34 @@ def test_conflicting_factorial_is_a_message():
     at.button(key="run").click().run()
     assert not at.exception
     assert at.error and "Cannot build this ablation" in at.error[0].value
+
+
+def _frame_with(at, column: str):
+    """The dataframe that has ``column`` (AppTest does not expose dataframe keys)."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def test_scaling_model_page_projects_the_chosen_links():
+    from lab.scaling_model import LINK_PRESETS, project
+
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.multiselect(key="sc_links").set_value(["10GbE", "NVLink"]).run()
+    assert not at.exception
+    assert at.get("plotly_chart")
+    table = _frame_with(at, "link")
+    expected = project(0.1, 100e6, [8], LINK_PRESETS["10GbE"], overlap=0.5)[0]["speedup"]
+    row = table[(table["link"] == "10GbE") & (table["p"] == 8)].iloc[0]
+    assert row["speedup"] == pytest.approx(round(expected, 2))
+    at.multiselect(key="sc_links").set_value([]).run()
+    assert any("Pick at least one link" in w.value for w in at.warning)
+
+
+def test_data_loading_page_measures_the_loaders():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.selectbox(key="dl_storage").select("local_ssd")
+    at.number_input(key="dl_steps").set_value(10)
+    at.button(key="dl_run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    table = _frame_with(at, "loader")
+    assert list(table["loader"]) == ["naive", "thread"]
