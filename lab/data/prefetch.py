@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch.utils.data import Dataset
 
+from lab.data.loaders import InMemoryLoader
 from lab.data.storage import StoragePreset, pay, preset
 
 Batch = tuple[torch.Tensor, ...]
@@ -28,18 +29,13 @@ def batch_nbytes(batch: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in batch)
 
 
-class NaiveLoader:
+class NaiveLoader(InMemoryLoader):
     """Main-thread loader: each batch is one read from (emulated) storage, then the step waits for it.
     Same batches, same order as :class:`lab.data.InMemoryLoader` for the same sampler."""
 
     def __init__(self, tensors: Sequence[torch.Tensor], sampler, storage: str | StoragePreset = "none") -> None:
-        self.tensors, self.sampler, self.cost = tuple(tensors), sampler, preset(storage)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
+        super().__init__(tensors, sampler)
+        self.cost = preset(storage)
 
     def __iter__(self) -> Iterator[Batch]:
         for idx in self.sampler:
