@@ -185,10 +185,15 @@ def test_autotune_picks_the_cheapest_near_best_under_the_cap():
     assert data_config_for(Candidate(2, 3), "network_fs").num_workers == 2
 
 
-def test_ideal_replay_trains_on_cached_batches_with_no_storage_cost():
-    # object_store reads cost ~20 ms a batch, several times a tiny ctr step: paid in the replay, wait > 50 %
+def test_ideal_replay_trains_on_cached_batches_with_no_storage_cost(monkeypatch):
+    # The replay reads each batch from storage once (untimed), then trains from the cache: count the storage
+    # payments instead of asserting on timings.
+    import lab.data.prefetch as prefetch
+
+    paid = []
+    monkeypatch.setattr(prefetch, "pay", lambda cost, nbytes, started_s: paid.append(nbytes))
     cfg = RunConfig(workload="ctr", size="tiny", threads=1, data=DataConfig(loader="naive", storage="object_store"))
     ideal = ideal_replay(cfg, 5)
-    assert ideal["data_wait_fraction"] < 0.5 and ideal["ideal_step_ms"] > 0
+    assert len(paid) == 5 and ideal["ideal_step_ms"] > 0
     with pytest.raises(ValueError, match="steps=1"):
         ideal_replay(cfg, 1)
