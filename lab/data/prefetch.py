@@ -96,26 +96,25 @@ class ThreadPrefetcher:
         q: queue.Queue = queue.Queue(maxsize=self.depth)
         stop = threading.Event()
 
+        def put(item: object) -> bool:
+            """Block until ``item`` is queued; False if the consumer stopped meanwhile."""
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def fill() -> None:
             try:
                 for batch in self.loader:
-                    while not stop.is_set():
-                        try:
-                            q.put(batch, timeout=0.05)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not put(batch):
                         return
                 item: object = _DONE
             except BaseException as exc:  # handed to the consumer, which re-raises it
                 item = exc
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.05)
-                    return
-                except queue.Full:
-                    continue
+            put(item)
 
         thread = threading.Thread(target=fill, name="lab-prefetch", daemon=True)
         thread.start()
