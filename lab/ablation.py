@@ -164,9 +164,11 @@ def load_stored(store: ResultStore, name: str, hardware_id: str | None = None) -
 # ---------------------------------------------------------------------------------------------- summary
 
 def end_to_end_train_s(result: RunResult) -> float:
-    """Training loop + pruning fine-tune + QAT fine-tune: what a technique really costs to train."""
+    """Training loop + pruning fine-tune + QAT fine-tune + the ``auto`` precision probe: what a technique
+    really costs to train."""
     extra = (result.details.get("prune", {}).get("finetune", {}).get("time_s", 0.0)
-             + result.details.get("quant", {}).get("qat", {}).get("time_s", 0.0))
+             + result.details.get("quant", {}).get("qat", {}).get("time_s", 0.0)
+             + result.details.get("precision", {}).get("auto", {}).get("probe_s", 0.0))
     return float(result.train_time_s) + float(extra)
 
 

@@ -255,9 +255,32 @@ class DDPConfig(_Family):
         return self.world_size > 1 or self.grad_accum_steps > 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class ComputeConfig(_Family):
+    """How the same math is executed: ``fused_optimizer`` (one fused Adam/SGD kernel instead of a loop of
+    small ones), ``fast_kernels`` (a workload's faster implementation of the same model, e.g. the ctr model's
+    gather-based lookups instead of EmbeddingBag's sort-based backward) and ``compile`` (``torch.compile`` of
+    the training forward; its compile time counts in the training time). None of them changes the model's
+    parameters or the loss, so accuracy may differ only by float rounding."""
+
+    family: ClassVar[str] = "compute"
+
+    fused_optimizer: bool = False
+    fast_kernels: bool = False
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        for attr in ("fused_optimizer", "fast_kernels", "compile"):
+            _check_bool(self._name(attr), getattr(self, attr))
+
+    @property
+    def enabled(self) -> bool:
+        return self.fused_optimizer or self.fast_kernels or self.compile
+
+
 FAMILIES: dict[str, type[_Family]] = {
     "data": DataConfig, "precision": PrecisionConfig, "prune": PruneConfig, "quant": QuantConfig,
-    "ddp": DDPConfig,
+    "ddp": DDPConfig, "compute": ComputeConfig,
 }
 
 
@@ -285,6 +308,7 @@ class RunConfig:
     prune: PruneConfig = field(default_factory=PruneConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
     ddp: DDPConfig = field(default_factory=DDPConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
 
     def __post_init__(self) -> None:
         from lab.workloads import list_workloads  # late: the registry may hold user workloads

@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import functools
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -178,9 +179,12 @@ def policy_for(ctx: TrainContext, model: nn.Module, lr: float) -> PrecisionPolic
         if cfg.dtype == "auto":
             caps = {d: capability(d, dev) for d in ("bf16", "fp16")}
             arms = ["fp32"] + [d for d, c in caps.items() if c.native]
+            t0 = time.perf_counter()
             times = measure_arms(ctx, model, lr, arms) if len(arms) > 1 else {"fp32": [1.0]}
             choice, why = decide_auto(times, caps)
-            rec["auto"] = {"why": why, "step_time_ms": times, "candidates": arms}
+            # The probe is training-time cost too: the ablation adds probe_s to its end-to-end figure.
+            rec["auto"] = {"why": why, "step_time_ms": times, "candidates": arms,
+                           "probe_s": time.perf_counter() - t0}
             ctx.result.why.append(why)
         cap = capability(choice, dev)
         rec.update(resolved=choice, capability=dataclasses.asdict(cap))

@@ -76,6 +76,17 @@ _BUILTIN = [
               "quantization-aware fine-tuning, then int8", ("cpu_only",)),
     Technique("workers2", {"data.loader": "dataloader", "data.num_workers": 2}, "data",
               "torch DataLoader with 2 worker processes (they share the cores with compute)"),
+    Technique("prefetch", {"data.loader": "thread"}, "data",
+              "a bounded background-thread prefetcher: the next read overlaps this step"),
+    Technique("fused_optim", {"compute.fused_optimizer": True}, "compute",
+              "fused Adam/SGD: one kernel per dtype instead of a loop of small ones"),
+    Technique("fast_kernels", {"compute.fast_kernels": True}, "compute",
+              "the workload's faster implementation of the same math (ctr: index_select lookups)"),
+    Technique("compile", {"compute.compile": True}, "compute",
+              "torch.compile the training forward; compile time counts in training time"),
+    Technique("prune_channels50", {"prune.method": "structured_channels", "prune.amount": 0.5,
+                                   "prune.finetune_epochs": 1}, "prune",
+              "remove 50 % of output channels (Torch-Pruning), 1 fine-tune epoch"),
 ]
 for _t in _BUILTIN:
     register_technique(_t, overwrite=True)
@@ -161,8 +172,34 @@ def stacked(base: RunConfig) -> Ablation:
                                              ["prune50", "int8_dynamic"]])
 
 
+#: The performance report's stack (benchmarks/stacked.py): ``SPEED_STACK`` is added cumulatively, in the
+#: order a user would try it; each of ``SPEED_EXTRAS`` is then tried on top of the whole stack.
+SPEED_STACK: tuple[str, ...] = ("prefetch", "fused_optim", "fast_kernels")
+SPEED_EXTRAS: tuple[str, ...] = ("amp_auto", "bf16", "compile", "prune_channels50")
+
+
+def speed_stack(base: RunConfig, storage: str = "network_fs") -> Ablation:
+    """A naive baseline (main-thread reads from ``storage``, fp32, eager, torch's default optimizer), arms
+    that add ``SPEED_STACK`` one technique at a time, and arms that add one of ``SPEED_EXTRAS`` to the full
+    stack. Cumulative arms show what each addition buys on top of the previous ones; the end-to-end training
+    time includes compile, the ``auto`` probe and the pruning fine-tune. Techniques the workload cannot run
+    (fast kernels outside ctr) are left out, not failed."""
+    from lab.workloads import get_workload
+
+    if storage not in ("local_ssd", "network_fs", "object_store"):
+        raise ValueError(f"storage={storage!r} is invalid for speed_stack: the naive baseline reads from storage; "
+                         "allowed: local_ssd, network_fs, object_store")
+    naive = base.with_overrides(**{"data.loader": "naive", "data.num_workers": 0, "data.pin_memory": False,
+                                   "data.prefetch_factor": None, "data.persistent_workers": False,
+                                   "data.storage": storage})
+    usable = [t for t in SPEED_STACK if t != "fast_kernels" or get_workload(base.workload).fast_kernels]
+    arms: list[list[str]] = [usable[:k] for k in range(1, len(usable) + 1)]
+    arms += [[*usable, extra] for extra in SPEED_EXTRAS]
+    return from_techniques("speed_stack", naive, arms)
+
+
 RECIPES: dict[str, Callable[[RunConfig], Ablation]] = {
-    "stacked": stacked, "mixed_precision": mixed_precision, "pruning_sweep": pruning_sweep,
+    "stacked": stacked, "speed_stack": speed_stack, "mixed_precision": mixed_precision, "pruning_sweep": pruning_sweep,
     "quantization": quantization, "data_loading": data_loading, "distributed": distributed,
 }
 

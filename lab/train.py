@@ -29,7 +29,7 @@ from lab import distributed, measure, precision, transforms
 from lab.config import RunConfig
 from lab.data import make_loader
 from lab.result import RunResult
-from lab.workloads import Datasets, SizeSpec, Workload, get_workload
+from lab.workloads import Datasets, SizeSpec, Workload, get_workload, list_workloads
 
 PHASES = ("data_wait", "forward", "backward", "optimizer", "comm")
 #: How often (in steps) the loop samples process memory: each sample reads /proc, so not every step.
@@ -57,6 +57,13 @@ def check_implemented(cfg: RunConfig) -> None:
         quantization.check_supported(cfg)
     if cfg.ddp.enabled:  # landed; refuse a backend this machine cannot run before spawning ranks
         distributed.resolve_backend(cfg.ddp.backend, resolve_device(cfg.device))
+    if cfg.compute.fast_kernels and get_workload(cfg.workload).fast_kernels is None:
+        raise ValueError(f"compute.fast_kernels=True is invalid for workload {cfg.workload!r}: it has no faster "
+                         "implementation (workloads with one: "
+                         + ", ".join(n for n in list_workloads() if get_workload(n).fast_kernels) + ")")
+    if cfg.compute.compile and cfg.ddp.enabled:
+        raise ValueError("compute.compile=True is invalid with ddp: compiling the DDP-wrapped model is not wired "
+                         "up in this lab yet; compare compile on a single process")
     if missing:
         raise NotImplementedYet("not implemented yet: " + "; ".join(missing))
 
@@ -163,10 +170,14 @@ def inference_latency_ms(model: nn.Module, inputs: tuple[torch.Tensor, ...], dev
     return samples
 
 
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params, lr: float, *, fused: bool = False) -> torch.optim.Optimizer:
+    """Adam or SGD with momentum. ``fused`` (``compute.fused_optimizer``) updates every parameter in one
+    fused kernel per dtype and device instead of torch's default multi-tensor ("foreach") loop; ``None``
+    keeps torch's default choice."""
+    kwargs = {"fused": True} if fused else {}
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+        return torch.optim.Adam(params, lr=lr, **kwargs)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, **kwargs)
 
 
 def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "raise") -> RunResult:
@@ -241,11 +252,15 @@ class TrainContext:
             step_hooks: Sequence[StepHook] = (), phase: str = "train") -> FitStats:
         """Train ``model`` in place with the run's optimizer, loader and loop options; returns the raw
         per-step samples. The main training phase and any fine-tuning both go through here."""
-        optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr)
+        optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr,
+                                   fused=self.cfg.compute.fused_optimizer)
         policy = precision.policy_for(self, model, lr) if self.cfg.precision.enabled else None
+        # compute.compile: only the main training phase runs compiled; fine-tunes after pruning or QAT change
+        # the module structure and run eagerly. Compilation happens in the first step, inside the timing.
+        forward = torch.compile(model) if self.cfg.compute.compile and phase == "train" else None
         stats = fit(model, optimizer, self.make_loader(), self.workload, self.device, epochs=epochs,
                     max_steps=max_steps, step_hooks=step_hooks, progress=self.progress, phase=phase,
-                    policy=policy, ddp=self.ddp)
+                    policy=policy, ddp=self.ddp, forward=forward)
         if policy is not None:
             self.result.details.setdefault("precision", {}).setdefault("phases", {})[phase] = policy.diagnostics()
         return stats
@@ -269,7 +284,8 @@ class FitStats:
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload, device: torch.device, *,
         epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
         progress: ProgressFn | None = None, phase: str = "train",
-        policy: precision.PrecisionPolicy | None = None, ddp: distributed.DDPRuntime | None = None) -> FitStats:
+        policy: precision.PrecisionPolicy | None = None, ddp: distributed.DDPRuntime | None = None,
+        forward: Callable[..., torch.Tensor] | None = None) -> FitStats:
     """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
     backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
     the timed phases (a gradual pruning schedule uses this). A non-finite loss stops training with an
@@ -278,8 +294,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload
     default is the no-op fp32 policy, which runs exactly ``loss.backward(); optimizer.step()``.
     ``ddp`` (:mod:`lab.distributed`): a step is ``grad_accum_steps`` micro-batches, all but the last under
     ``no_sync``; the "comm" phase is the time DDP's all-reduces were in flight (it overlaps backward, so it
-    is moved out of the backward figure: backward = backward wall time - comm, clipped at 0)."""
+    is moved out of the backward figure: backward = backward wall time - comm, clipped at 0).
+    ``forward`` (e.g. ``torch.compile(model)``) replaces ``model(...)`` in the step; hooks, the precision
+    policy and DDP still see ``model``."""
     policy = policy or precision.FP32
+    forward = model if forward is None else forward
     accum = ddp.grad_accum_steps if ddp is not None else 1
     steps_per_epoch = len(loader) // accum
     total_steps = epochs * steps_per_epoch
@@ -310,7 +329,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader, wl: Workload
                     sync_ctx = ddp.no_sync(model) if ddp is not None and micro < accum - 1 else contextlib.nullcontext()
                     with sync_ctx:
                         with policy.autocast():  # forward + loss only; backward and step outside (seed-004 bug)
-                            out = model(*batch[:-1])
+                            out = forward(*batch[:-1])
                             loss = wl.loss(out, batch[-1])
                         timer.mark("forward")
                         policy.backward(loss / accum if accum > 1 else loss)
@@ -358,6 +377,8 @@ def _train_and_measure(cfg: RunConfig, r: Resolved, result: RunResult, progress:
     main_rank = ctx.ddp is None or ctx.ddp.info.rank == 0  # only rank 0 evaluates and reports
     seed_everything(cfg.seed)
     model = wl.make_model(r.spec).to(device)
+    if cfg.compute.fast_kernels:
+        model = wl.fast_kernels(model)
     steps_per_epoch = len(ctx.make_loader())
     result.details.update({
         "resolved": {"epochs": r.epochs, "batch_size": r.batch_size, "lr": r.lr, "device": str(device),

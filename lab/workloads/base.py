@@ -89,6 +89,9 @@ class Workload:
     metric_name: str
     higher_is_better: bool = True
     reference: dict[str, str] = field(default_factory=dict)
+    #: Optional ``fn(model) -> model`` switching the model to a faster implementation of the same math
+    #: (``compute.fast_kernels``); ``None`` means the workload has none, and asking for it is refused.
+    fast_kernels: Callable[[nn.Module], nn.Module] | None = None
 
     def size(self, size: str) -> SizeSpec:
         """The spec for ``size``, with an error that lists the sizes this workload has."""

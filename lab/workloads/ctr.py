@@ -292,16 +292,43 @@ class DLRM(nn.Module):
         # Small embeddings (DLRM's uniform(±1/sqrt(n)) spirit): N(0, 1) ones make the dot products explode.
         nn.init.normal_(self.embedding.weight, std=0.05)
         nn.init.zeros_(self.wide.weight)
+        self.register_buffer("iu_flat", iu[0] * n_vec + iu[1], persistent=False)
+        #: ``compute.fast_kernels``: the same lookups and pair selection through ``index_select``, whose
+        #: backward is a plain ``index_add_``; EmbeddingBag's backward sorts every index and advanced
+        #: indexing's backward is an accumulating ``index_put_``. Same math, same parameters.
+        self.gather_kernels = False
+
+    def _fast_path(self) -> bool:
+        # Only while the lookups are the plain float modules: a quantized EmbeddingBag has no ``.weight``.
+        return self.gather_kernels and type(self.embedding) is nn.EmbeddingBag and type(self.wide) is nn.EmbeddingBag
 
     def forward(self, dense: torch.Tensor, cat: torch.Tensor) -> torch.Tensor:
         b, n_cat = cat.shape
         idx = cat + self.offsets
-        emb = self.embedding(idx.reshape(-1, 1)).reshape(b, n_cat, -1)
+        fast = self._fast_path()
+        if fast:
+            emb = self.embedding.weight.index_select(0, idx.reshape(-1)).reshape(b, n_cat, -1)
+        else:
+            emb = self.embedding(idx.reshape(-1, 1)).reshape(b, n_cat, -1)
         x = self.bottom(dense)
         vecs = torch.cat([x.unsqueeze(1), emb], dim=1)
-        dots = torch.bmm(vecs, vecs.transpose(1, 2))[:, self.iu[0], self.iu[1]]
+        gram = torch.bmm(vecs, vecs.transpose(1, 2))
+        if fast:
+            dots = gram.flatten(1).index_select(1, self.iu_flat)
+            wide = self.wide.weight.reshape(-1).index_select(0, idx.reshape(-1)).reshape(b, n_cat).sum(1)
+        else:
+            dots = gram[:, self.iu[0], self.iu[1]]
+            wide = self.wide(idx).squeeze(-1)
         deep = self.top(torch.cat([x, dots], dim=1)).squeeze(-1)
-        return deep + self.wide(idx).squeeze(-1)
+        return deep + wide
+
+
+def use_gather_kernels(model: nn.Module) -> nn.Module:
+    """``compute.fast_kernels`` for ctr: switch a :class:`DLRM` to its ``index_select`` lookups."""
+    if not isinstance(model, DLRM):
+        raise TypeError(f"fast kernels need the ctr DLRM, got {type(model).__name__}")
+    model.gather_kernels = True
+    return model
 
 
 def _make_model(spec: SizeSpec) -> nn.Module:
@@ -344,6 +371,7 @@ WORKLOAD = Workload(
     evaluate=_evaluate,
     metric_name="auc",
     higher_is_better=True,
+    fast_kernels=use_gather_kernels,
     # Measured with the plain Adam loop, torch 2.13 CPU, 2 threads, data seeds 0-2.
     reference={
         "tiny": "AUC 0.50 -> ~0.66-0.69 (best reachable ~0.78-0.80) in ~1 s; for tests",
