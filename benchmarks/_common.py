@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ def parse_args(description: str) -> argparse.Namespace:
 
 
 def figure(name: str, value: float, *, unit: str, goal: str | None = None, met: bool | None = None,
-           ci: tuple[float, float] | None = None, note: str = "") -> dict[str, Any]:
+           ci: tuple[float, float] | None = None, note: str = "", family: str | None = None) -> dict[str, Any]:
+    """One measured figure. ``family`` (data, precision, pruning, quantization, distributed, ...) tells the report
+    which anchor to compare it with; without it the report uses the benchmark's own name."""
     return {"name": name, "value": value, "unit": unit, "ci95": list(ci) if ci else None, "goal": goal,
-            "met": met, "note": note}
+            "met": met, "note": note, "family": family}
 
 
 def emit(benchmark: str, args: argparse.Namespace, figures: list[dict[str, Any]], **extra: Any) -> None:
@@ -39,8 +42,8 @@ def emit(benchmark: str, args: argparse.Namespace, figures: list[dict[str, Any]]
         goal = f"  goal {f['goal']}: {'met' if f['met'] else 'NOT met'}" if f["goal"] else ""
         print(f"{f['name']:<44} {f['value']:>10.4g} {f['unit']}{ci}{goal}")
     if args.json:
-        out = {"benchmark": benchmark, "quick": args.quick, "env": environment_stamp(), "figures": figures,
-               **extra}
+        out = {"benchmark": benchmark, "quick": args.quick, "env": environment_stamp(),
+               "measured_at": datetime.now(UTC).isoformat(timespec="seconds"), "figures": figures, **extra}
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(to_jsonable(out), indent=2))

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p.add_argument("--quick", action="store_true", help="each benchmark's short setting")
     bench_p.add_argument("--only", help="comma-separated benchmark names (default: all)")
     bench_p.add_argument("--out", metavar="DIR", help="default: benchmarks/results/<hardware-id>/")
+    bench_p.add_argument("--report-only", action="store_true",
+                         help="run nothing: re-render report.json / report.md from the JSON already in --out")
+    bench_p.add_argument("--update-readme", action="store_true",
+                         help="also rewrite README.md's results table from every benchmarks/results/*/report.json")
     return parser
 
 
@@ -200,16 +205,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                              f"available: {', '.join(p.stem for p in scripts)}")
         scripts = [p for p in scripts if p.stem in wanted]
     out_dir = Path(args.out) if args.out else bench_dir / "results" / environment_stamp()["hardware_id"]
+    if args.report_only and not out_dir.is_dir():
+        raise UsageError(f"--report-only: {out_dir} does not exist (run `python -m lab bench` first)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    failed = []
-    for script in scripts:
+    failed, times = [], {}
+    for script in [] if args.report_only else scripts:
         cmd = [sys.executable, str(script), "--json", str(out_dir / f"{script.stem}.json")]
         if args.quick:
             cmd.append("--quick")
         print(f"== {script.stem}: {' '.join(cmd[1:])}", flush=True)
+        t0 = time.perf_counter()
         if subprocess.run(cmd).returncode != 0:
             failed.append(script.stem)
-    print(f"results in {out_dir}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+        times[script.stem] = time.perf_counter() - t0
+    if times:
+        print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
+              + f"; total {sum(times.values()):.0f} s")
+    from lab.bench_report import update_readme, write_report
+
+    try:
+        _, md_path, report = write_report(out_dir, new_results=not args.report_only)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    flagged = [r["name"] for r in report["rows"] if r.get("within_ci") is False]
+    print(f"results in {out_dir}; report {md_path}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    if flagged:
+        print(f"not reproduced within the previous run's CI ({len(flagged)}): " + "; ".join(flagged))
+    if args.update_readme:
+        readme = bench_dir.parent / "README.md"
+        done = update_readme(readme, bench_dir / "results")
+        print(f"README table {'updated' if done else 'NOT updated (README has no report markers)'}")
     return 1 if failed else 0
 
 
