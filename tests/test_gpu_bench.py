@@ -1,0 +1,300 @@
+"""benchmarks/gpu.sh + gpu.py: runs (and says "skipped") without CUDA, imports nothing the H200 box lacks, measures
+interleaved, writes its JSON after every part, and never crashes on a missing arm. Structure only: no timing
+assertions (the speed figures are the benchmark's business)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+FAMILIES = {"precision", "data", "pruning", "quantization", "distributed"}
+# What the H200 box does not have (torchao is there, but blocking it simulates a box without it).
+BLOCKED = ("plotly", "streamlit", "sklearn", "mlxtend", "psutil", "torch_pruning", "scipy", "matplotlib", "tqdm")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script runs the real GPU parts")
+
+
+def _bench_module(name: str):
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # gpu.py imports its siblings _common and gpu_parts, as when run as a script
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    """The entry point: flags, the part loop (``PARTS``, ``main``)."""
+    return _bench_module("gpu")
+
+
+@pytest.fixture(scope="module")
+def common():
+    return _bench_module("gpu_parts.common")
+
+
+@pytest.fixture(scope="module")
+def pruning():
+    return _bench_module("gpu_parts.pruning")
+
+
+@pytest.fixture(scope="module")
+def quantization():
+    return _bench_module("gpu_parts.quantization")
+
+
+def _blocker(folder: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """A sitecustomize.py that makes the blocked packages absent; returns the env that loads it.
+
+    ``sys.modules[name] = None`` is how Python spells "not installed" for both doors: ``import name`` raises
+    ModuleNotFoundError and ``importlib.util.find_spec(name)`` returns None. (A meta-path finder that raises
+    breaks torch._dynamo, which probes optional libraries with find_spec and expects None, not an error.)"""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import sys
+
+        for name in {sorted(set(BLOCKED + extra))!r}:
+            sys.modules[name] = None  # blocked for this test: not on the GPU box
+        """))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_the_import_blocker_blocks(tmp_path):
+    """Negative control: without this, a clean import closure would prove nothing."""
+    env = _blocker(tmp_path / "block")
+    for mod in ("plotly", "sklearn.datasets", "psutil", "mlxtend.data"):
+        out = _run([sys.executable, "-c", f"import {mod}"], env)
+        assert out.returncode != 0 and "ModuleNotFoundError" in out.stderr, (mod, out.stderr[-300:])
+    probe = "import importlib.util as u, numpy, torch; assert u.find_spec('scipy') is None"
+    assert _run([sys.executable, "-c", probe], env).returncode == 0
+    if importlib.util.find_spec("plotly") is not None:  # positive half: it is the blocker that stops it
+        assert _run([sys.executable, "-c", "import plotly"], dict(os.environ)).returncode == 0
+
+
+@cpu_only
+def test_gpu_sh_without_cuda_skips_every_part_and_exits_0(tmp_path):
+    env = _blocker(tmp_path / "block")
+    out_dir = tmp_path / "out"
+    proc = _run(["bash", str(BENCH / "gpu.sh"), str(out_dir)], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no CUDA device" in proc.stdout and "skipped" in proc.stdout
+    assert str(out_dir / "gpu.json") in proc.stdout  # says where the JSON went
+    doc = json.loads((out_dir / "gpu.json").read_text())
+    assert {"benchmark", "quick", "env", "figures"} <= doc.keys() and doc["benchmark"] == "gpu"
+    assert doc["quick"] is False and doc["env"]["hardware_id"] and doc["env"]["torch_version"] == torch.__version__
+    assert {f["family"] for f in doc["figures"]} == FAMILIES
+    for f in doc["figures"]:
+        assert math.isnan(f["value"]) and f["note"].startswith("skipped: no CUDA device"), f
+        assert {"name", "value", "unit", "ci95", "goal", "met", "note", "family"} <= f.keys()
+    assert all(p["status"] == "skipped" for p in doc["parts"].values())
+
+
+@cpu_only
+def test_cpu_self_test_runs_every_part_with_torchao_missing(tmp_path):
+    """``--device cpu`` runs each part's code path at tiny sizes under the blocker (which also blocks torchao
+    here): every part finishes, CUDA-only arms and the torchao arms are skipped with their reason."""
+    env = _blocker(tmp_path / "block", extra=("torchao",))
+    path = tmp_path / "self" / "gpu.json"
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--json", str(path)], env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(path.read_text())
+    assert doc["setting"] == "tiny" and doc["quick"] is True
+    assert list(doc["parts"]) == ["precision", "data", "pruning", "distributed", "quantization"]
+    assert all(p["status"] == "ok" for p in doc["parts"].values()), doc["parts"]
+    figs = {f["name"]: f for f in doc["figures"]}
+    assert {f["family"] for f in doc["figures"]} == FAMILIES
+    for arm in ("tf32", "bf16"):  # measured arms: a ratio with its bootstrap CI around it
+        f = figs[f"resnet-tiny-16px-b4/{arm} speedup vs fp32"]
+        assert f["value"] > 0 and f["ci95"][0] <= f["value"] <= f["ci95"][1]
+    assert "ctr-tiny-b512/bf16 auc delta vs fp32" in figs
+    assert figs["data/ctr-b256/prefetch speedup vs sync copies"]["value"] > 0
+    assert any(n.startswith("ddp-ws1-gloo/") and n.endswith("ddp overhead per step") for n in figs)
+    sparse = [f for f in doc["figures"] if f["family"] == "pruning"]
+    assert sparse and all(f["note"].startswith("skipped:") and "CUDA" in f["note"] for f in sparse)
+    quant = [f for f in doc["figures"] if "int8" in f["name"] or "int4" in f["name"]]
+    assert quant and all(math.isnan(f["value"]) and "torchao not importable" in f["note"] for f in quant)
+    assert figs["decode bf16 latency batch 1"]["value"] > 0
+
+
+def test_interleaved_runs_arms_in_rounds_and_excludes_warmup(common):
+    calls: list[str] = []
+    arms = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    samples = common.interleaved_ms(arms, device=torch.device("cpu"), repeats=3, iters=2, warmup=1)
+    assert calls == ["a", "b", "c"] + ["a", "a", "b", "b", "c", "c"] * 3  # warm-up first, then A B C rounds
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3, "c": 3}
+    assert all(t >= 0 for v in samples.values() for t in v)
+
+
+def test_interleaved_drops_a_failing_arm_and_keeps_the_others(common):
+    n = {"late": 0}
+
+    def late() -> None:
+        n["late"] += 1
+        if n["late"] > 2:
+            raise RuntimeError("kernel missing\nsecond line")
+
+    def early() -> None:
+        raise ValueError("no such API")
+
+    errors: dict[str, str] = {}
+    samples = common.interleaved_ms({"ok": lambda: None, "late": late, "early": early}, device=torch.device("cpu"),
+                                    repeats=4, iters=1, warmup=1, errors=errors)
+    assert list(samples) == ["ok"] and len(samples["ok"]) == 4
+    assert errors == {"late": "RuntimeError: kernel missing", "early": "ValueError: no such API"}
+
+
+def test_interleaved_stops_at_the_deadline_after_the_minimum_repeats(common):
+    samples = common.interleaved_ms({"a": lambda: None}, device=torch.device("cpu"), repeats=50, iters=1, warmup=0,
+                                    deadline=0.0, min_repeats=3)
+    assert len(samples["a"]) == 3
+
+
+def test_figures_have_the_common_envelope(common):
+    f = common.ratio_figure("x speedup", [2.0, 2.1, 1.9, 2.0], [1.0, 1.05, 0.95, 1.0], family="pruning", goal_min=1.1)
+    assert f["value"] == pytest.approx(2.0) and f["ci95"][0] <= 2.0 <= f["ci95"][1]
+    assert f["met"] is True and f["goal"] == ">= 1.1x" and f["family"] == "pruning"
+    s = common.skipped("y", "no CUDA", "data", unit="ms")
+    assert math.isnan(s["value"]) and s["note"] == "skipped: no CUDA" and s["family"] == "data" and s["met"] is None
+
+
+def test_mask_2_4_keeps_the_two_largest_of_every_four(pruning):
+    w = torch.tensor([[0.1, -4.0, 3.0, 0.2, 1.0, 2.0, -3.0, 4.0]])
+    m = pruning.mask_2_4(w)
+    assert m.tolist() == [[False, True, True, False, False, False, True, True]]
+    big = pruning.mask_2_4(torch.randn(64, 128))
+    assert (big.reshape(64, -1, 4).sum(-1) == 2).all()
+    with pytest.raises(ValueError, match="in_features % 4"):
+        pruning.mask_2_4(torch.randn(4, 6))
+
+
+def test_weight_bytes_and_max_errors(common, quantization):
+    m = quantization.decode_stack(16, 32, 3, dtype=torch.bfloat16, device=torch.device("cpu"))
+    assert [tuple(layer.weight.shape) for layer in m] == [(32, 16), (16, 32), (32, 16)]
+    assert quantization.model_bytes(m) == 3 * 16 * 32 * 2
+    assert common.max_errors(torch.tensor([1.0, -2.5]), torch.tensor([1.0, -2.0])) == (0.5, 0.25)
+
+
+def test_missing_torchao_is_a_skip_not_a_crash(quantization, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao", None)  # what `import torchao` sees on a box without it
+    model = nn.Sequential(nn.Linear(8, 8, bias=False))
+    with pytest.raises(quantization.Skip, match="torchao not importable"):
+        quantization.torchao_weight_only(model, "int8", torch.randn(1, 8))
+
+
+def test_a_torchao_api_that_fails_every_spelling_is_reported(quantization, monkeypatch):
+    """Every spelling is tried and each error lands in the skip reason (API renamed between torchao versions)."""
+    import types
+
+    fake = types.ModuleType("torchao")
+    fake.__version__ = "0.0-test"
+    fake_q = types.ModuleType("torchao.quantization")
+
+    def quantize_(model, cfg):
+        raise RuntimeError(f"no kernel for {cfg}")
+
+    fake_q.quantize_ = quantize_
+    fake_q.Int8WeightOnlyConfig = lambda: "int8cfg"
+    fake.quantization = fake_q
+    monkeypatch.setitem(sys.modules, "torchao", fake)
+    monkeypatch.setitem(sys.modules, "torchao.quantization", fake_q)
+    with pytest.raises(quantization.Skip) as info:
+        quantization.torchao_weight_only(nn.Sequential(nn.Linear(8, 8)), "int8", torch.randn(1, 8))
+    msg = str(info.value)
+    assert "torchao 0.0-test" in msg and "no kernel for int8cfg" in msg and "has no int8_weight_only" in msg
+
+
+def test_json_is_written_after_every_part_and_a_failing_part_is_an_entry(gpu, common, monkeypatch, tmp_path):
+    seen: list[list[str]] = []
+    path = tmp_path / "gpu.json"
+
+    def fine(ctx, figs):
+        figs.append(common.figure("fine figure", 1.0, unit="x", family="data"))
+
+    def dies(ctx, figs):
+        seen.append([f["name"] for f in json.loads(path.read_text())["figures"]])  # 'fine' is already on disk
+        figs.append(common.figure("before the crash", 2.0, unit="x", family="pruning"))
+        ctx.checkpoint()
+        seen.append([f["name"] for f in json.loads(path.read_text())["figures"]])
+        raise RuntimeError("simulated CUDA error")
+
+    monkeypatch.setitem(gpu.PARTS, "data", fine)
+    monkeypatch.setitem(gpu.PARTS, "pruning", dies)
+    threads = torch.get_num_threads()
+    assert gpu.main(["--device", "cpu", "--parts", "pruning,data", "--json", str(path)]) == 0
+    assert torch.get_num_threads() == threads  # the self-test's one thread does not leak into the caller
+    assert seen == [["fine figure"], ["fine figure", "before the crash"]]
+    doc = json.loads(path.read_text())
+    names = [f["name"] for f in doc["figures"]]
+    assert names == ["fine figure", "before the crash", "pruning: part failed"]
+    assert doc["parts"]["pruning"]["status"] == "error" and "simulated CUDA error" in doc["parts"]["pruning"]["error"]
+    assert doc["parts"]["data"]["status"] == "ok"
+
+
+def test_parts_past_the_total_budget_are_skipped_entries(gpu, monkeypatch, tmp_path):
+    monkeypatch.setitem(gpu.PARTS, "data", lambda ctx, figs: None)
+    path = tmp_path / "gpu.json"
+    assert gpu.main(["--device", "cpu", "--parts", "data", "--budget-s", "-1", "--json", str(path)]) == 0
+    (f,) = json.loads(path.read_text())["figures"]
+    assert f["family"] == "data" and "time budget" in f["note"] and math.isnan(f["value"])
+
+
+def test_parse_args_orders_parts_and_refuses_unknown_ones(gpu):
+    assert gpu.parse_args(["--parts", "quantization,data", "--quick"]).parts == ["data", "quantization"]
+    with pytest.raises(SystemExit):
+        gpu.parse_args(["--parts", "precision,warp"])
+
+
+@cpu_only
+def test_no_cuda_reason_names_the_build(common):
+    reason = common.no_cuda_reason()
+    assert reason is not None and reason.startswith("no CUDA device") and torch.__version__ in reason
+
+
+# ---------------------------------------------------------------------------------------------- GPU only
+
+@pytest.mark.gpu
+@needs_cuda
+def test_semi_structured_linear_matches_dense_on_cuda(common, pruning):
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("2:4 sparse tensor cores need compute capability >= 8.0")
+    from torch.sparse import to_sparse_semi_structured
+
+    lin = nn.Linear(256, 128).half().cuda().eval()
+    with torch.no_grad():
+        lin.weight.mul_(pruning.mask_2_4(lin.weight))
+    x = torch.randn(64, 256, device="cuda", dtype=torch.half)
+    with torch.inference_mode():
+        ref = lin(x)
+        lin.weight = nn.Parameter(to_sparse_semi_structured(lin.weight.detach()), requires_grad=False)
+        _, rel = common.max_errors(lin(x), ref)
+    assert rel < 1e-2
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_quick_gpu_parts_write_their_figures(tmp_path):
+    path = tmp_path / "gpu.json"
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--quick", "--parts", "data,pruning,distributed",
+                 "--json", str(path)], dict(os.environ), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(path.read_text())
+    assert set(doc["parts"]) == {"data", "pruning", "distributed"}
+    assert all(p["status"] == "ok" for p in doc["parts"].values()), doc["parts"]
+    assert {f["family"] for f in doc["figures"]} == {"data", "pruning", "distributed"}
