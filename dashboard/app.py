@@ -8,10 +8,15 @@ from ``lab.ablation``, figures from ``lab.plots``. Default: recipe ``stacked`` o
 1 repeat: 8 runs, ~15 s on 2 CPU cores (one repeat gives no CI: the whiskers collapse); ``small`` with 3
 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores). Two more pages: the scaling
 model (``lab.scaling_model`` projected over link presets) and a data-loading explorer (one short run per
-loader on emulated storage: phase bars and the data-wait timeline).
+loader on emulated storage: phase bars and the data-wait timeline). A "Performance report" page shows the
+benchmark reports under ``benchmarks/results/<hardware-id>/`` (or ``LAB_BENCH_RESULTS``), each figure labelled
+with the hardware it was measured on.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import streamlit as st
 
@@ -26,10 +31,19 @@ from lab.ablation import (
     stored_ablations,
     summarize,
 )
+from lab.bench_report import ANCHORS
 from lab.config import SIZES, DataConfig
 from lab.plots import phase_breakdown, speedup_bars, speedup_vs_accuracy, technique_figures
 from lab.plots_data import phase_bars, wait_timeline
 from lab.plots_distributed import scaling_curves
+from lab.plots_report import (
+    hardware_caption,
+    load_reports,
+    ordered_families,
+    report_figure,
+    report_frame,
+    report_table,
+)
 from lab.recipes import RECIPES, TECHNIQUES, factorial, from_techniques
 from lab.scaling_model import LINK_PRESETS, powers_of_two, project
 
@@ -66,7 +80,8 @@ with st.sidebar:
     budget_pt = st.slider("Accuracy budget (points)", 0.0, 5.0, 1.0, 0.25, key="budget")
     go_button = st.button("Run ablation", type="primary", key="run")
 
-tab_run, tab_stored, tab_scaling, tab_data = st.tabs(["Ablation", "Stored runs", "Scaling model", "Data loading"])
+tab_run, tab_stored, tab_scaling, tab_data, tab_report = st.tabs(
+    ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report"])
 
 
 def _problem() -> str | None:
@@ -230,3 +245,37 @@ with tab_data:
                 d1, d2 = st.columns(2)
                 d1.plotly_chart(phase_bars(samples), key="dl_phases")
                 d2.plotly_chart(wait_timeline(samples), key="dl_timeline")
+
+with tab_report:
+    # read on every rerun (cheap: a few JSON files), so a report written while the app runs shows up
+    bench_root = Path(os.environ.get("LAB_BENCH_RESULTS")
+                      or Path(__file__).resolve().parents[1] / "benchmarks" / "results")
+    reports, problems = load_reports(bench_root)
+    for problem in problems:
+        st.warning(problem)
+    if not reports:
+        st.info(f"No performance report under `{bench_root}` yet: run `make bench-quick` (or "
+                "`bash benchmarks/gpu.sh` on a GPU box), then reload this page.")
+    else:
+        st.markdown("The benchmarks' figures, each on the hardware it was measured on: ratios with bootstrap "
+                    "95 % CIs against the project's goals; the anchors are other people's figures on other hardware.")
+        report_rows = report_frame(reports)
+        hw_ids = list(dict.fromkeys(report_rows["hardware"]))
+        families = ordered_families(report_rows["family"])
+        rc1, rc2 = st.columns(2)
+        chosen_hw = rc1.multiselect("Hardware", hw_ids, default=hw_ids, key="report_hw")
+        chosen_fam = rc2.multiselect("Families", families, default=families, key="report_families")
+        for folder, rep in reports.items():
+            if set(report_rows.loc[report_rows["folder"] == folder, "hardware"]) & set(chosen_hw):
+                st.caption(hardware_caption(folder, rep))
+        view = report_rows[report_rows["hardware"].isin(chosen_hw) & report_rows["family"].isin(chosen_fam)]
+        if view.empty:
+            st.warning("Pick at least one hardware and one family.")
+        else:
+            st.plotly_chart(report_figure(view), key="report_chart")
+            st.dataframe(report_table(view), key="report_table")
+            with st.expander("Anchors: the published figures each family is compared with"):
+                for fam in ordered_families(view["family"]):
+                    anchor = ANCHORS.get(fam)
+                    st.markdown(f"**{fam}**: {anchor.claim} ({anchor.source})" if anchor
+                                else f"**{fam}**: no anchor")

@@ -108,3 +108,68 @@ def test_data_loading_page_measures_the_loaders():
     assert not at.error, [e.value for e in at.error]
     table = _frame_with(at, "loader")
     assert list(table["loader"]) == ["naive", "thread"]
+
+
+def _bench(folder: Path, benchmark: str, env: dict, figures: list[dict]) -> None:
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{benchmark}.json").write_text(json.dumps(
+        {"benchmark": benchmark, "quick": True, "env": env, "figures": figures}))
+
+
+def _figure(name: str, value: float, ci=None, unit: str = "x", goal=None, met=None, note: str = "") -> dict:
+    return {"name": name, "value": value, "unit": unit, "ci95": ci, "goal": goal, "met": met, "note": note}
+
+
+def test_performance_report_page_shows_every_hardware(tmp_path, monkeypatch):
+    from lab.bench_report import ANCHORS, write_report
+
+    cpu_env = {"hardware_id": "test-cpu-2c", "device_name": "Test CPU", "usable_cores": 2, "torch_version": "2.13.0",
+               "git_sha": "abc1234567", "gpu_count": 0}
+    gpu_env = {"hardware_id": "nvidia-h200", "device_name": "NVIDIA H200", "usable_cores": 16, "gpu_count": 1,
+               "cuda_version": "12.8", "cpu_model": "Host CPU", "torch_version": "2.13.0+cu128",
+               "git_sha": "def7654321"}
+    cpu, gpu = tmp_path / "test-cpu-2c", tmp_path / "nvidia-h200"
+    _bench(cpu, "precision", cpu_env, [_figure("ctr/bf16 speedup vs fp32", 1.25, ci=[1.0, 1.5], goal=">= 1.3x",
+                                               met=False)])
+    _bench(cpu, "data_loading", cpu_env, [_figure("naive: data wait", 42.0, unit="%")])
+    write_report(cpu)
+    # a second run in the same folder: the page says whether it reproduced the first
+    _bench(cpu, "precision", cpu_env, [_figure("ctr/bf16 speedup vs fp32", 1.375, ci=[1.25, 1.5], goal=">= 1.3x",
+                                               met=True)])
+    write_report(cpu)
+    _bench(gpu, "gpu", gpu_env, [_figure("bf16 matmul speedup vs fp32", 7.5, ci=[7.0, 8.0]),
+                                 {**_figure("2:4 sparse speedup", float("nan"), note="skipped: no cuSPARSELt"),
+                                  "family": "pruning"}])
+    write_report(gpu)
+    monkeypatch.setenv("LAB_BENCH_RESULTS", str(tmp_path))
+
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert set(at.multiselect(key="report_hw").value) == {"test-cpu-2c", "nvidia-h200"}
+    table = _frame_with(at, "reproduced")
+    assert set(table["hardware"]) == {"test-cpu-2c", "nvidia-h200"}
+    row = table[table["figure"] == "ctr/bf16 speedup vs fp32"].iloc[0]
+    assert (row["hardware"], row["measured"], row["CI"], row["met"]) == ("test-cpu-2c", 1.375, "[1.25, 1.5]", "met")
+    assert row["reproduced"] == "yes (+10%)"  # 1.375 lies in the first run's CI [1.0, 1.5]
+    gpu_row = table[table["figure"] == "bf16 matmul speedup vs fp32"].iloc[0]
+    assert (gpu_row["hardware"], gpu_row["measured"]) == ("nvidia-h200", 7.5)
+    assert table[table["figure"] == "2:4 sparse speedup"].iloc[0]["note"] == "skipped: no cuSPARSELt"
+    captions = " ".join(c.value for c in at.caption)
+    assert "NVIDIA H200" in captions and "1 GPU, CUDA 12.8" in captions and "Test CPU; 2 cores" in captions
+    assert "report_chart" in _chart_ids(at)
+    assert any(ANCHORS["precision"].claim in m.value for m in at.markdown)
+
+    at.multiselect(key="report_families").set_value(["precision"]).run()
+    assert set(_frame_with(at, "reproduced")["family"]) == {"precision"}
+    at.multiselect(key="report_hw").set_value(["nvidia-h200"]).run()
+    assert any("Pick at least one hardware and one family" in w.value for w in at.warning)  # GPU has no precision
+
+
+def test_performance_report_page_without_reports_says_how_to_make_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_BENCH_RESULTS", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert any("make bench-quick" in info.value and "benchmarks/gpu.sh" in info.value for info in at.info)
+    assert "report_chart" not in _chart_ids(at)
