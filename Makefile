@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.lab-installed
 PORT   ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-fast dashboard lab bench bench-quick quality clean
+.PHONY: venv test test-fast dashboard lab bench bench-quick bench-gpu quality clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,10 @@ bench: venv
 
 bench-quick: venv
 	$(PY) -m lab bench --quick
+
+# The GPU parts of every benchmark (runs as is on a box with only torch + torchao + numpy + pandas + pyarrow).
+bench-gpu:
+	bash benchmarks/gpu.sh
 
 quality: venv
 	$(PY) -m ruff check lab tests benchmarks dashboard

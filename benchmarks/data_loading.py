@@ -52,7 +52,7 @@ def slicing_overhead(n_rows: int = 16_384, batch_size: int = 512, repeats: int =
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    size, steps, repeats, tune_steps = ("tiny", 40, 3, 25) if args.quick else ("small", 150, 5, 60)
+    size, steps, repeats, tune_steps = ("tiny", 40, 3, 25) if args.quick else ("small", 80, 3, 40)
     base = RunConfig(workload="ctr", size=size, threads=1, max_steps=steps, latency_repeats=0, warmup_steps=3,
                      epochs=1)
     one_row = (torch.zeros(13), torch.zeros(26, dtype=torch.int64), torch.zeros(1))

@@ -72,7 +72,7 @@ def timer_cost_us(n: int) -> float:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    size, steps, repeats = ("tiny", 60, 3) if args.quick else ("small", 200, 5)
+    size, steps, repeats = ("tiny", 60, 3) if args.quick else ("small", 100, 5)
     cfg = RunConfig(workload="ctr", size=size, threads=1, max_steps=steps, latency_repeats=0, warmup_steps=5)
 
     lab_s, bare_s, step_ms = [], [], []
