@@ -68,7 +68,10 @@ def _git_state() -> tuple[str, bool | None]:
     sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
     if not sha:
         return "unknown", None
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here)
+    # Benchmark results written into the checkout (benchmarks/results/) are outputs, not code: without the
+    # exclusion every benchmark after the first in a `make bench` would stamp itself "dirty".
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                   ":(exclude)benchmarks/results"], cwd=here.parent)
     return sha, (bool(status) if status is not None else None)
 
 
