@@ -97,7 +97,12 @@ def build_report(folder: str | Path, previous: dict[str, Any] | None = None) -> 
                    "note": f.get("note", ""), "quick": bool(b.get("quick")), "hardware_id": env.get("hardware_id"),
                    "device_name": env.get("device_name"), "git_sha": env.get("git_sha"),
                    "measured_at": b.get("measured_at")}
-            row.update(reproduction(prev.get((row["benchmark"], row["name"], row["quick"])), row))
+            before = prev.get((row["benchmark"], row["name"], row["quick"]))
+            if before is not None and before.get("measured_at") and before["measured_at"] == row["measured_at"]:
+                # Not re-measured (``--only`` ran other benchmarks): keep the comparison made when it was.
+                row.update({k: before.get(k) for k in ("previous", "within_ci", "rel_change")})
+            else:
+                row.update(reproduction(before, row))
             rows.append(row)
     env = benches[0].get("env", {})
     return {"hardware_id": env.get("hardware_id"), "env": env, "benchmarks": [b["benchmark"] for b in benches],

@@ -59,20 +59,28 @@ def _cpu_info() -> tuple[str, tuple[str, ...]]:
     return model, tuple(f for f in ISA_FLAGS_OF_INTEREST if f in flags)
 
 
-@functools.lru_cache(maxsize=1)
-def _git_state() -> tuple[str, bool | None]:
-    """SHA and dirty flag of the checkout holding this package, as of the first call."""
-    here = Path(__file__).resolve().parent
+#: Paths whose changes do not make a checkout "dirty": benchmark results written into it are outputs, not
+#: code. Without this every benchmark after the first in a `make bench` stamped itself dirty.
+OUTPUT_PATHS = ("benchmarks/results",)
+
+
+def git_state(root: Path) -> tuple[str, bool | None]:
+    """SHA and dirty flag (tracked files changed outside ``OUTPUT_PATHS``) of the git checkout at ``root``;
+    ``("unknown", None)`` when ``root`` is not a checkout or git is missing."""
     if shutil.which("git") is None:
         return "unknown", None
-    sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=root)
     if not sha:
         return "unknown", None
-    # Benchmark results written into the checkout (benchmarks/results/) are outputs, not code: without the
-    # exclusion every benchmark after the first in a `make bench` would stamp itself "dirty".
     status = _run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                   ":(exclude)benchmarks/results"], cwd=here.parent)
+                   *(f":(exclude){p}" for p in OUTPUT_PATHS)], cwd=root)
     return sha, (bool(status) if status is not None else None)
+
+
+@functools.lru_cache(maxsize=1)
+def _git_state() -> tuple[str, bool | None]:
+    """:func:`git_state` of the checkout holding this package, as of the first call."""
+    return git_state(Path(__file__).resolve().parent.parent)
 
 
 @functools.lru_cache(maxsize=1)

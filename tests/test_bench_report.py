@@ -111,3 +111,23 @@ def test_cli_report_only(tmp_path, capsys):
     assert "# Performance report: `test-cpu-2c`" in (tmp_path / br.REPORT_MD).read_text()
     assert cli_main(["bench", "--report-only", "--out", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_benchmark_not_rerun_keeps_its_earlier_comparison(tmp_path):
+    """``bench --only X``: figures of the other benchmarks were not measured again, so they must not be
+    compared with themselves; they keep the verdict of the run that measured them."""
+    def write(benchmark, value, stamp):
+        _write(tmp_path, benchmark, [_fig(f"{benchmark} ratio", value, ci=[value - 0.1, value + 0.1])])
+        data = json.loads((tmp_path / f"{benchmark}.json").read_text())
+        (tmp_path / f"{benchmark}.json").write_text(json.dumps({**data, "measured_at": stamp}))
+
+    write("precision", 1.0, "t1")
+    write("pruning", 2.0, "t1")
+    br.write_report(tmp_path)
+    write("precision", 1.5, "t2")  # outside the first CI
+    write("pruning", 2.05, "t2")  # inside
+    br.write_report(tmp_path)
+    write("precision", 1.52, "t3")  # only precision re-run: inside its previous CI
+    rows = {r["benchmark"]: r for r in br.write_report(tmp_path)[2]["rows"]}
+    assert rows["precision"]["within_ci"] is True and rows["precision"]["previous"] == 1.5
+    assert rows["pruning"]["within_ci"] is True and rows["pruning"]["previous"] == 2.0  # t2 vs t1, kept
