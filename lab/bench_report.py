@@ -204,20 +204,27 @@ def write_report(folder: str | Path, *, new_results: bool = True) -> tuple[Path,
 
 
 def headline_table(reports: list[tuple[str, dict[str, Any]]]) -> str:
-    """The README's table: every figure that is held against a goal, plus the stacked recipe, per hardware
+    """The README's tables, one per hardware: every figure held against a goal, plus the stacked recipe
     (``reports``: (link to the full report, report) pairs)."""
-    lines = ["| hardware | family | figure | measured | 95 % CI | goal | met |", "|---|---|---|---|---|---|---|"]
+    out = []
     for link, rep in reports:
-        hw = f"[{rep['hardware_id']}]({link})" + (" (quick)" if rep["quick"] == [True] else "")
+        env = rep.get("env", {})
+        mode = "quick" if rep["quick"] == [True] else "full"
+        out += [f"**[{rep['hardware_id']}]({link})**: {env.get('device_name')}, {env.get('torch_version')}, "
+                f"{mode} settings, git {str(env.get('git_sha'))[:10]}", "",
+                "| family | figure | measured | 95 % CI | goal | met | 2nd run within CI |",
+                "|---|---|---|---|---|---|---|"]
         rows = [r for r in rep["rows"] if r.get("goal") or r["family"] == "stacked"]
         rows.sort(key=lambda r: FAMILY_ORDER.index(r["family"]) if r["family"] in FAMILY_ORDER else 99)
         for r in rows:
             ci = f"[{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]" if r.get("ci95") else ""
             met = "" if r.get("met") is None else ("met" if r["met"] else "**not met**")
             value = f"{_fmt(r['value'])} {r['unit']}" if _finite(r["value"]) else "skipped"
-            lines.append(f"| {hw} | {r['family']} | {r['name'].replace('|', '/')} | {value} | {ci} | "
-                         f"{(r.get('goal') or '').replace('|', '/')} | {met} |")
-    return "\n".join(lines)
+            repro = {True: "yes", False: "**NO**", None: ""}[r.get("within_ci")]
+            out.append(f"| {r['family']} | {r['name'].replace('|', '/')} | {value} | {ci} | "
+                       f"{(r.get('goal') or '').replace('|', '/')} | {met} | {repro} |")
+        out.append("")
+    return "\n".join(out).rstrip("\n")
 
 
 def update_readme(readme: str | Path, results_root: str | Path) -> bool:

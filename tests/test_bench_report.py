@@ -97,9 +97,9 @@ def test_update_readme_rewrites_only_the_marked_block(tmp_path):
     assert br.update_readme(readme, results)
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old table" not in text
-    assert "| best stack | 2.5 x | [2.3, 2.7] | >= 3x | **not met** |" in text
+    assert "| stacked | best stack | 2.5 x | [2.3, 2.7] | >= 3x | **not met** |  |" in text
     assert "prefetch speedup" in text and "timer cost" not in text
-    assert "](benchmarks/results/test-cpu-2c/report.md)" in text
+    assert "**[test-cpu-2c](benchmarks/results/test-cpu-2c/report.md)**: Test CPU" in text
     plain = tmp_path / "PLAIN.md"
     plain.write_text("no markers")
     assert not br.update_readme(plain, results) and plain.read_text() == "no markers"
