@@ -81,7 +81,8 @@ def main() -> None:
     for rep in range(repeats):
         for label, workload, dtype, use_tf32 in arms:
             # fp16 convolutions on a CPU run ~30x slower than fp32 (no fast kernels): a few steps give the ratio.
-            n_steps = min(steps, 15) if dtype == "fp16" and not cuda and workload.startswith("vision") else steps
+            n_steps = min(steps, 8 if args.quick else 15) \
+                if dtype == "fp16" and not cuda and workload.startswith("vision") else steps
             cfg = RunConfig(workload=workload, size=size, max_steps=n_steps, threads=1, latency_repeats=0,
                             warmup_steps=5, seed=rep, device=device).with_overrides(**{"precision.dtype": dtype})
             if cuda:

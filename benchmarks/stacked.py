@@ -5,12 +5,12 @@ time, take a naive fp32 training run on this machine, and what does it cost in A
 
 Baseline: the naive setup a first version has: every batch read in the training thread from emulated network
 storage (``network_fs``: 5 ms + 100 MB/s per read), fp32, eager, torch's default Adam, all cores.
-Arms (``lab.recipes.speed_stack``, cumulative): + thread prefetcher, + fused Adam, + fast kernels (ctr's
-index_select lookups: same math), + ``auto`` precision (keeps fp32 unless a low precision is measurably
-faster here), + torch.compile, and the stack without compile + 50 % channel pruning with one fine-tune
-epoch. Same epochs and batch size in every arm. Training time is end to end: loop + compile + the auto
-probe + fine-tune. Seeds 0-2, one run each, arms interleaved; speedups are ratios of medians with bootstrap
-95 % CIs over the three runs; AUC deltas are medians, next to the seed-to-seed spread.
+Arms (``lab.recipes.speed_stack``): cumulative + thread prefetcher, + fused Adam, + fast kernels (ctr's
+index_select lookups: same math); then, each on top of that whole stack, ``auto`` precision (keeps fp32
+unless a low precision is measurably faster here), bf16, torch.compile (left out by ``--quick``) and 50 %
+channel pruning with one fine-tune epoch. Same epochs and batch size in every arm. Training time is end to
+end: loop + compile + the auto probe + fine-tune. Seeds 0-2, one run each, arms interleaved; speedups are
+ratios of medians with bootstrap 95 % CIs over the three runs; AUC deltas are medians, next to the seed-to-seed spread.
 
 Goal (issue 9): the best stack within 1 AUC point is >= 3x faster to train than the naive baseline. The seeds
 claim -33 % and -41.67 % training time (1.5x and 1.71x). ``--quick`` runs ctr/tiny (seconds per run),
@@ -28,7 +28,7 @@ from _common import emit, figure, parse_args
 
 from lab import ResultStore, RunConfig
 from lab.ablation import best_under_budget, run_ablation
-from lab.recipes import speed_stack
+from lab.recipes import SPEED_EXTRAS, speed_stack
 
 GOAL_SPEEDUP = 3.0
 BUDGET_PT = 1.0
@@ -45,7 +45,9 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     size = "tiny" if args.quick else "small"
     base = RunConfig(workload="ctr", size=size, threads=2, latency_repeats=5)
-    ablation = speed_stack(base, storage="network_fs")
+    # --quick leaves compile out: a cold compile is ~10 s on 2 cores, a third of the quick budget.
+    extras = [e for e in SPEED_EXTRAS if not (args.quick and e == "compile")]
+    ablation = speed_stack(base, storage="network_fs", extras=extras)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "stacked.sqlite") as store:
         df = run_ablation(ablation, repeats=1, seeds=(0, 1, 2), store=store,

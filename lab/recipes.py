@@ -178,7 +178,7 @@ SPEED_STACK: tuple[str, ...] = ("prefetch", "fused_optim", "fast_kernels")
 SPEED_EXTRAS: tuple[str, ...] = ("amp_auto", "bf16", "compile", "prune_channels50")
 
 
-def speed_stack(base: RunConfig, storage: str = "network_fs") -> Ablation:
+def speed_stack(base: RunConfig, storage: str = "network_fs", extras: Sequence[str] = SPEED_EXTRAS) -> Ablation:
     """A naive baseline (main-thread reads from ``storage``, fp32, eager, torch's default optimizer), arms
     that add ``SPEED_STACK`` one technique at a time, and arms that add one of ``SPEED_EXTRAS`` to the full
     stack. Cumulative arms show what each addition buys on top of the previous ones; the end-to-end training
@@ -194,7 +194,7 @@ def speed_stack(base: RunConfig, storage: str = "network_fs") -> Ablation:
                                    "data.storage": storage})
     usable = [t for t in SPEED_STACK if t != "fast_kernels" or get_workload(base.workload).fast_kernels]
     arms: list[list[str]] = [usable[:k] for k in range(1, len(usable) + 1)]
-    arms += [[*usable, extra] for extra in SPEED_EXTRAS]
+    arms += [[*usable, extra] for extra in extras]
     return from_techniques("speed_stack", naive, arms)
 
 
