@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p = sub.add_parser("bench", help="run benchmarks/*.py and write their JSON")
     bench_p.add_argument("--quick", action="store_true", help="each benchmark's short setting")
     bench_p.add_argument("--only", help="comma-separated benchmark names (default: all)")
-    bench_p.add_argument("--out", metavar="DIR", help="default: benchmarks/results/<hardware-id>/")
+    bench_p.add_argument("--out", metavar="DIR",
+                         help="default: benchmarks/results/<hardware-id>/ (<hardware-id>-quick/ with --quick)")
     bench_p.add_argument("--report-only", action="store_true",
                          help="run nothing: re-render report.json / report.md from the JSON already in --out")
     bench_p.add_argument("--update-readme", action="store_true",
@@ -204,7 +205,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown benchmark(s): {', '.join(sorted(unknown))}; "
                              f"available: {', '.join(p.stem for p in scripts)}")
         scripts = [p for p in scripts if p.stem in wanted]
-    out_dir = Path(args.out) if args.out else bench_dir / "results" / environment_stamp()["hardware_id"]
+    # Quick and full results live apart, so a quick check never overwrites a full report (and each mode's
+    # second run is compared with its own first).
+    default_name = environment_stamp()["hardware_id"] + ("-quick" if args.quick else "")
+    out_dir = Path(args.out) if args.out else bench_dir / "results" / default_name
     if args.report_only and not out_dir.is_dir():
         raise UsageError(f"--report-only: {out_dir} does not exist (run `python -m lab bench` first)")
     out_dir.mkdir(parents=True, exist_ok=True)
