@@ -210,7 +210,7 @@ def headline_table(reports: list[tuple[str, dict[str, Any]]]) -> str:
     for link, rep in reports:
         env = rep.get("env", {})
         mode = "quick" if rep["quick"] == [True] else "full"
-        out += [f"**[{rep['hardware_id']}]({link})**: {env.get('device_name')}, {env.get('torch_version')}, "
+        out += [f"**[{rep['hardware_id']}]({link})**: {env.get('device_name')}, torch {env.get('torch_version')}, "
                 f"{mode} settings, git {str(env.get('git_sha'))[:10]}", "",
                 "| family | figure | measured | 95 % CI | goal | met | 2nd run within CI |",
                 "|---|---|---|---|---|---|---|"]
