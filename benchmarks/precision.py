@@ -15,28 +15,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
 
 import torch
 from _common import emit, figure, parse_args
 
 from lab import RunConfig, run
 from lab.measure import bootstrap_ratio_ci, median
-from lab.precision import FP32, accuracy_verdict, capability
+from lab.precision import FP32, accuracy_verdict, capability, tf32
 from lab.workloads import get_workload, register_workload
 
 CPU_ARMS = ("fp32", "bf16", "fp16", "auto")
-
-
-@contextlib.contextmanager
-def tf32(enabled: bool) -> Iterator[None]:
-    """TF32 matmuls/convolutions on Ampere+ for the duration of one run, restored afterwards."""
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def channels_last_workload(name: str) -> str:

@@ -159,7 +159,8 @@ def measure_arms(ctx: TrainContext, model: nn.Module, lr: float, arms: list[str]
         for _ in range(rounds):
             for arm in arms:
                 m = copy.deepcopy(model)
-                opt = make_optimizer(ctx.cfg.optimizer, [p for p in m.parameters() if p.requires_grad], lr)
+                opt = make_optimizer(ctx.cfg.optimizer, [p for p in m.parameters() if p.requires_grad], lr,
+                                     fused=ctx.cfg.compute.fused_optimizer)  # probe the step the run will take
                 pol = PrecisionPolicy(dtype=arm, device_type=dev.type, fp32_modules=ctx.cfg.precision.fp32_modules)
                 st = fit(m, opt, ctx.make_loader(), ctx.workload, dev, epochs=math.ceil((steps + 1) / n_batches),
                          max_steps=steps, policy=pol, phase=f"auto:{arm}")
@@ -192,6 +193,18 @@ def policy_for(ctx: TrainContext, model: nn.Module, lr: float) -> PrecisionPolic
             ctx.result.why.append(cap.why_tag())
         ctx._precision_dtype = choice
     return PrecisionPolicy(dtype=ctx._precision_dtype, device_type=dev.type, fp32_modules=cfg.fp32_modules)
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """TF32 matmuls and convolutions (Ampere+) on or off for a region, restored afterwards: a benchmark arm
+    must not leave the process's numerics changed for the arms after it."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 # ------------------------------------------------------------------------------------ fp32 islands

@@ -172,8 +172,8 @@ def inference_latency_ms(model: nn.Module, inputs: tuple[torch.Tensor, ...], dev
 
 def make_optimizer(name: str, params, lr: float, *, fused: bool = False) -> torch.optim.Optimizer:
     """Adam or SGD with momentum. ``fused`` (``compute.fused_optimizer``) updates every parameter in one
-    fused kernel per dtype and device instead of torch's default multi-tensor ("foreach") loop; ``None``
-    keeps torch's default choice."""
+    fused kernel per dtype and device instead of torch's default multi-tensor ("foreach") loop; ``False``
+    leaves the choice to torch."""
     kwargs = {"fused": True} if fused else {}
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, **kwargs)

@@ -124,7 +124,7 @@ def test_cpu_self_test_runs_every_part_with_torchao_missing(tmp_path):
         f = figs[f"resnet-tiny-16px-b4/{arm} speedup vs fp32"]
         assert f["value"] > 0 and f["ci95"][0] <= f["value"] <= f["ci95"][1]
     assert "ctr-tiny-b512/bf16 auc delta vs fp32" in figs
-    assert figs["data/ctr-b256/prefetch speedup vs sync copies"]["value"] > 0
+    assert math.isfinite(figs["data/ctr-b256/prefetch speedup vs sync copies"]["value"])  # measured, not skipped
     assert any(n.startswith("ddp-ws1-gloo/") and n.endswith("ddp overhead per step") for n in figs)
     sparse = [f for f in doc["figures"] if f["family"] == "pruning"]
     assert sparse and all(f["note"].startswith("skipped:") and "CUDA" in f["note"] for f in sparse)

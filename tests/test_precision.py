@@ -310,3 +310,14 @@ def test_cuda_autocast_tracks_fp32_and_uses_a_scaler_only_for_fp16(toy_workload,
     for a, b in zip(base.losses, low.losses, strict=True):
         assert abs(a - b) <= 0.03 * abs(a)
     assert low.details["precision"]["phases"]["train"]["grad_scaler"] == (dtype == "fp16")
+
+
+def test_tf32_context_restores_the_flags_even_after_an_error():
+    from lab.precision import tf32
+
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    with pytest.raises(RuntimeError), tf32(not before[0]):
+        assert torch.backends.cuda.matmul.allow_tf32 is (not before[0])
+        assert torch.backends.cudnn.allow_tf32 is (not before[0])
+        raise RuntimeError("arm failed")
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before

@@ -8,7 +8,7 @@ import contextlib
 import copy
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,23 +17,11 @@ from _common import figure
 from torch import nn
 
 from lab.measure import median
-from lab.precision import PrecisionPolicy, accuracy_verdict, capability
+from lab.precision import PrecisionPolicy, accuracy_verdict, capability, tf32
 from lab.workloads import get_workload
 
 from .common import PartContext, block_ms, error_text, free_memory, interleaved_ms, median_figure, ratio_figure, skipped
 from .settings import VisionCase
-
-
-@contextlib.contextmanager
-def tf32(enabled: bool) -> Iterator[None]:
-    """TF32 matmuls and convolutions on or off for a region, restored afterwards."""
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-
 
 PRECISION_ARMS = (("fp32", "fp32", False), ("tf32", "fp32", True), ("bf16", "bf16", True), ("fp16", "fp16", True))
 """(label, PrecisionPolicy dtype, TF32 allowed). "fp32" is strict fp32 (TF32 off); the mixed arms allow TF32 for
