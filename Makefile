@@ -28,7 +28,7 @@ dashboard: venv
 		--server.headless true --browser.gatherUsageStats false
 
 lab: venv
-	$(PY) -m pip install --quiet jupyterlab  # only this target needs the full Jupyter UI
+	$(PY) -m pip install --quiet -e '.[lab]'  # the pinned JupyterLab (the tests need only ipykernel)
 	$(PY) -m jupyter lab notebooks/ --ip 127.0.0.1
 
 bench: venv
@@ -41,9 +41,10 @@ bench-quick: venv
 bench-gpu:
 	bash benchmarks/gpu.sh
 
+# ruff, then the architecture contracts in pyproject.toml (layers, independent technique packages, no circle).
 quality: venv
-	$(PY) -m ruff check lab tests benchmarks dashboard
-	$(PY) -m ruff format --check lab tests benchmarks dashboard || true
+	$(PY) -m ruff check lab tests benchmarks dashboard conftest.py
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -7,7 +7,7 @@ accuracy, with 95 % CIs. The app stays thin: choices come from the registries in
 from ``lab.ablation``, figures from ``lab.plots``. Default: recipe ``stacked`` on ``ctr`` at size ``tiny``,
 1 repeat: 8 runs, ~15 s on 2 CPU cores (one repeat gives no CI: the whiskers collapse); ``small`` with 3
 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores). Two more pages: the scaling
-model (``lab.scaling_model`` projected over link presets) and a data-loading explorer (one short run per
+model (``lab.distributed.scaling`` projected over link presets) and a data-loading explorer (one short run per
 loader on emulated storage: phase bars and the data-wait timeline). A "Performance report" page shows the
 benchmark reports under ``benchmarks/results/<hardware-id>/`` (or ``LAB_BENCH_RESULTS``), each figure labelled
 with the hardware it was measured on.
@@ -31,12 +31,13 @@ from lab.ablation import (
     stored_ablations,
     summarize,
 )
-from lab.bench_report import ANCHORS
+from lab.bench import ANCHORS
 from lab.config import SIZES, DataConfig
+from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project
 from lab.plots import phase_breakdown, speedup_bars, speedup_vs_accuracy, technique_figures
-from lab.plots_data import phase_bars, wait_timeline
-from lab.plots_distributed import scaling_curves
-from lab.plots_report import (
+from lab.plots.data import phase_bars, wait_timeline
+from lab.plots.distributed import scaling_curves
+from lab.plots.report import (
     hardware_caption,
     load_reports,
     ordered_families,
@@ -45,7 +46,7 @@ from lab.plots_report import (
     report_table,
 )
 from lab.recipes import RECIPES, TECHNIQUES, factorial, from_techniques
-from lab.scaling_model import LINK_PRESETS, powers_of_two, project
+from lab.registry import LOADERS, STORAGES
 
 SPEEDS = {"train_speedup": "training (end-to-end)", "step_speedup": "training step",
           "infer_speedup": "inference (batch 256)"}
@@ -140,7 +141,7 @@ with tab_run:
                     ablation = factorial(base, techniques, name="custom_factorial")
                 else:
                     ablation = from_techniques("custom", base, [techniques])
-            except (ValueError, NotImplementedError) as exc:
+            except ValueError as exc:
                 st.error(f"Cannot build this ablation: {exc}")
                 st.stop()
             seeds = list(range(int(n_seeds)))
@@ -191,7 +192,7 @@ with tab_stored:
         st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs")
 
 with tab_scaling:
-    st.markdown("How far does data parallelism scale? The α-β ring all-reduce model (`lab.scaling_model`) "
+    st.markdown("How far does data parallelism scale? The α-β ring all-reduce model (`lab.distributed.scaling`) "
                 "projects one worker's step onto *p* workers for each link. Calibrate α and β on this machine "
                 "in notebook 05 or `benchmarks/distributed.py`.")
     sc1, sc2, sc3 = st.columns(3)
@@ -215,11 +216,12 @@ with tab_data:
     st.markdown("Is training waiting for data? One short run of the chosen workload per loader, on emulated "
                 "storage (real file reads plus a per-read latency and bandwidth cap, `lab.data.storage`).")
     dc1, dc2, dc3 = st.columns(3)
-    storage = dc1.selectbox("Storage", DataConfig.STORAGES, index=DataConfig.STORAGES.index("network_fs"),
+    storage = dc1.selectbox("Storage", STORAGES.names(), index=STORAGES.names().index("network_fs"),
                             key="dl_storage")
     depth = dc2.number_input("Prefetch depth (thread loader)", 1, 64, 4, key="dl_depth")
     dl_steps = dc3.number_input("Steps per loader", 10, 2000, 40, key="dl_steps")
-    loaders = st.multiselect("Loaders", ["naive", "thread", "dataloader"], default=["naive", "thread"],
+    # every registered loader that reads from storage (the in-memory one is the no-storage limit)
+    loaders = st.multiselect("Loaders", [n for n in LOADERS.names() if n != "memory"], default=["naive", "thread"],
                              key="dl_loaders")
     if st.button("Measure loaders", key="dl_run"):
         if not loaders:
@@ -229,7 +231,7 @@ with tab_data:
             dl_bar = st.progress(0.0, text="measuring")
             for i, name in enumerate(loaders):
                 data_cfg = DataConfig(loader=name, storage=storage, prefetch_depth=int(depth),
-                                      num_workers=2 if name == "dataloader" else 0)
+                                      num_workers=2 if LOADERS[name].worker_processes else 0)
                 res = run(RunConfig(workload=workload, size="tiny", threads=1, max_steps=int(dl_steps),
                                     latency_repeats=0, data=data_cfg), on_error="record")
                 dl_bar.progress((i + 1) / len(loaders), text=f"{name}: {res.status}")

@@ -6,19 +6,23 @@ Public API (re-exports only)::
     result = run(RunConfig(workload="ctr", size="tiny"))
     print(result.summary())
 
-Start with notebooks/00_tour.ipynb; ``python -m lab --help`` for the command line.
+The layers, top to bottom (checked by import-linter, ``make quality``): ``cli`` -> ``plots`` -> ``bench`` /
+``recipes`` -> ``ablation`` -> ``train`` -> the technique packages ``data``, ``compute``, ``precision``,
+``pruning``, ``quant``, ``distributed`` (independent of each other) -> ``context`` -> ``loop`` -> ``store`` ->
+``result`` -> ``config`` -> ``registry`` / ``workloads`` -> ``measure``. Start with notebooks/00_tour.ipynb;
+``python -m lab --help`` for the command line.
 """
 
 from lab.ablation import Ablation, run_ablation
 from lab.config import ComputeConfig, DataConfig, DDPConfig, PrecisionConfig, PruneConfig, QuantConfig, RunConfig
+from lab.context import TrainContext, prepare
 from lab.result import RunResult
 from lab.store import ResultStore, default_store_path
-from lab.train import NotImplementedYet, run
+from lab.train import run  # importing lab.train installs the technique packages (lab.context.install_doors)
 from lab.workloads import Datasets, SizeSpec, Workload, get_workload, list_workloads, register_workload
 
 __all__ = [
-    "Ablation", "ComputeConfig", "DDPConfig", "DataConfig", "Datasets", "NotImplementedYet", "PrecisionConfig",
-    "PruneConfig",
-    "QuantConfig", "ResultStore", "RunConfig", "RunResult", "SizeSpec", "Workload", "default_store_path",
-    "get_workload", "list_workloads", "register_workload", "run", "run_ablation",
+    "Ablation", "ComputeConfig", "DDPConfig", "DataConfig", "Datasets", "PrecisionConfig", "PruneConfig",
+    "QuantConfig", "ResultStore", "RunConfig", "RunResult", "SizeSpec", "TrainContext", "Workload",
+    "default_store_path", "get_workload", "list_workloads", "prepare", "register_workload", "run", "run_ablation",
 ]

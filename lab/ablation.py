@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lab.config import RunConfig
+from lab.measure import bootstrap_ratio_ci, environment_stamp, median, spread
 from lab.result import RunResult, new_run_id, utc_now_iso
-from lab.stats import bootstrap_ratio_ci, median, spread
 from lab.store import ResultStore, config_hash
+from lab.train import run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,8 +83,6 @@ class Ablation:
 
 
 def _error_result(cfg: RunConfig, exc: BaseException) -> RunResult:
-    from lab.envinfo import environment_stamp
-
     return RunResult(run_id=new_run_id(), config=cfg.to_dict(), env=environment_stamp(), status="error",
                      error=f"{type(exc).__name__}: {exc}", started_at=utc_now_iso(), workload=cfg.workload)
 
@@ -108,8 +107,7 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
         raise ValueError(f"repeats={repeats!r} is invalid: allowed: an int >= 1")
     if not seeds:
         raise ValueError("seeds=() is invalid: allowed: one or more ints")
-    if run_fn is None:
-        from lab.train import run as run_fn
+    run_fn = run if run_fn is None else run_fn
     plan = ablation.schedule(repeats, list(seeds))
     runs: dict[str, list[RunResult]] = {arm: [] for arm in ablation.arms}
     for i, (arm, rep, s, cfg) in enumerate(plan):

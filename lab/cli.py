@@ -1,23 +1,26 @@
-"""Command line: ``python -m lab run | runs | export | bench``.
+"""Command line: ``python -m lab run | runs | export | ablate | bench``.
 
 The ``run`` flags mirror :class:`lab.config.RunConfig`: a top-level field ``batch_size`` is
 ``--batch-size``, a family field ``data.num_workers`` is ``--data-num-workers``, and the common ones have
 short aliases (``--precision``, ``--loader``, ``--num-workers``, ``--prune``, ``--quant``, ``--world-size``).
-Flags are generated from the dataclasses, so a new config field is a new flag with no CLI change.
-Every user error is one line on stderr and exit status 2, never a traceback.
+Flags are generated from the dataclasses, so a new config field is a new flag with no CLI change, and a
+field whose values live in a registry (``data.loader``, ``data.storage``) offers that registry's names.
+``ablate`` runs a recipe or a technique stack through :func:`lab.ablation.run_ablation` with a progress
+bar, stores every run (re-running resumes) and prints the table and the best arm under an accuracy budget.
+Every user error is one line on stderr and exit status 2, never a traceback; Ctrl-C is exit 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from lab.config import FAMILIES, RunConfig
+from lab.config import FAMILIES, SIZES, RunConfig
+from lab.recipes import RECIPES, TECHNIQUES
+from lab.registry import LOADERS, STORAGES
 
 ALIASES = {
     "precision.dtype": "--precision", "data.loader": "--loader", "data.num_workers": "--num-workers",
@@ -25,6 +28,10 @@ ALIASES = {
     "prune.method": "--prune", "prune.amount": "--prune-amount", "quant.method": "--quant",
     "ddp.world_size": "--world-size",
 }
+#: Fields whose allowed values are a registry's names (the single source of those names).
+CHOICES = {"data.loader": LOADERS, "data.storage": STORAGES}
+ABLATE_TABLE_COLUMNS = ["arm", "status", "train_speedup", "train_speedup_lo", "train_speedup_hi", "infer_speedup",
+                        "acc_loss_pt", "noise_pt", "within_noise", "size_ratio", "why"]
 
 
 class UsageError(Exception):
@@ -66,6 +73,9 @@ def _add_field(group: argparse._ArgumentGroup, key: str, f: dataclasses.Field) -
     else:
         kwargs["type"] = _converter(ann, key)
         kwargs["metavar"] = key.split(".")[-1].upper()
+        if key in CHOICES:
+            kwargs["choices"] = CHOICES[key].names()
+            kwargs["metavar"] = "{" + ",".join(CHOICES[key].names()) + "}"
     group.add_argument(*flags, **kwargs)
 
 
@@ -99,9 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     exp_p.add_argument("--store", metavar="PATH")
     exp_p.add_argument("--out", metavar="CSV", required=True)
 
-    # Parsed by lab.ablate_cli (main() hands it the rest of the line); listed here for --help.
-    sub.add_parser("ablate", help="run an ablation recipe or technique stack (python -m lab ablate --help)",
-                   add_help=False)
+    abl = sub.add_parser("ablate", help="run an ablation recipe or technique stack and print its table")
+    abl.add_argument("--recipe", default="stacked", help=f"one of: {', '.join(RECIPES)}")
+    abl.add_argument("--techniques", default="",
+                     help=f"comma-separated stack instead of a recipe: {', '.join(TECHNIQUES)}")
+    abl.add_argument("--factorial", action="store_true", help="with --techniques: every subset (interactions)")
+    abl.add_argument("--workload", default="ctr")
+    abl.add_argument("--size", default="tiny", choices=SIZES)
+    abl.add_argument("--repeats", type=int, default=3)
+    abl.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
+    abl.add_argument("--threads", type=int, default=1)
+    abl.add_argument("--budget-pt", type=float, default=1.0)
+    abl.add_argument("--db", default=None, help="results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
+    abl.add_argument("--csv", default=None, help="also write the table here")
 
     bench_p = sub.add_parser("bench", help="run benchmarks/*.py and write their JSON")
     bench_p.add_argument("--quick", action="store_true", help="each benchmark's short setting")
@@ -124,7 +144,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from lab.report import format_result
+    from lab.result import format_result
     from lab.store import ResultStore
     from lab.train import run
 
@@ -191,74 +211,78 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from lab.measure import environment_stamp
+def _cmd_ablate(args: argparse.Namespace) -> int:
+    import pandas as pd
+    from tqdm import tqdm
 
-    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
-    scripts = sorted(p for p in bench_dir.glob("*.py") if not p.name.startswith("_"))
-    if not scripts:
-        raise UsageError(f"no benchmarks found in {bench_dir} (run from a source checkout)")
-    if args.only:
-        wanted = {w.strip() for w in args.only.split(",")}
-        unknown = wanted - {p.stem for p in scripts}
-        if unknown:
-            raise UsageError(f"unknown benchmark(s): {', '.join(sorted(unknown))}; "
-                             f"available: {', '.join(p.stem for p in scripts)}")
-        scripts = [p for p in scripts if p.stem in wanted]
-    # Quick and full results live apart, so a quick check never overwrites a full report (and each mode's
-    # second run is compared with its own first).
-    default_name = environment_stamp()["hardware_id"] + ("-quick" if args.quick else "")
-    out_dir = Path(args.out) if args.out else bench_dir / "results" / default_name
+    from lab.ablation import best_under_budget, interaction_effects, run_ablation
+    from lab.recipes import factorial, from_techniques, get_recipe
+    from lab.store import ResultStore
+
+    base = RunConfig(workload=args.workload, size=args.size, threads=args.threads or None)
+    techs = [t.strip() for t in args.techniques.split(",") if t.strip()]
+    if techs:
+        ablation = factorial(base, techs) if args.factorial else from_techniques("custom", base, [techs])
+    else:
+        ablation = get_recipe(args.recipe)(base)
+    if args.seeds < 1:
+        raise UsageError(f"seeds={args.seeds} is invalid: allowed: >= 1")
+    with ResultStore(args.db) as store, tqdm(total=len(ablation.arms) * args.repeats * args.seeds,
+                                              unit="run", file=sys.stderr) as bar:
+        def progress(event: dict) -> None:
+            if event["phase"] == "ablation":
+                bar.set_postfix_str(f"{event['arm']} ({'stored' if event['skipped'] else event['status']})")
+                bar.update(1)
+
+        df = run_ablation(ablation, repeats=args.repeats, seeds=list(range(args.seeds)), store=store,
+                          progress=progress)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
+        table = df[ABLATE_TABLE_COLUMNS].round(3)
+        table["why"] = table["why"].fillna("").str.slice(0, 50)
+        print(table.to_string(index=False))
+        effects = interaction_effects(df)
+        if not effects.empty:
+            print("\ninteractions:\n" + effects.round(3).to_string(index=False))
+    best = best_under_budget(df, args.budget_pt)
+    print(f"\nbest within {args.budget_pt:g} pt: "
+          + (f"{best['arm']} {best['train_speedup']:.2f}x training" if best is not None else "none"))
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from lab import bench
+
+    scripts = bench.benchmark_scripts(only=args.only)
+    out_dir = Path(args.out) if args.out else bench.default_out_dir(args.quick)
     if args.report_only and not out_dir.is_dir():
         raise UsageError(f"--report-only: {out_dir} does not exist (run `python -m lab bench` first)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    failed, times = [], {}
-    for script in [] if args.report_only else scripts:
-        cmd = [sys.executable, str(script), "--json", str(out_dir / f"{script.stem}.json")]
-        if args.quick:
-            cmd.append("--quick")
-        print(f"== {script.stem}: {' '.join(cmd[1:])}", flush=True)
-        t0 = time.perf_counter()
-        if subprocess.run(cmd).returncode != 0:
-            failed.append(script.stem)
-        times[script.stem] = time.perf_counter() - t0
-    if times:
-        print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items())
-              + f"; total {sum(times.values()):.0f} s")
-    from lab.bench_report import update_readme, write_report
-
-    try:
-        _, md_path, report = write_report(out_dir, new_results=not args.report_only)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    failed, _ = ([], {}) if args.report_only else bench.run_benchmarks(scripts, out_dir, quick=args.quick)
+    _, md_path, report = bench.write_report(out_dir, new_results=not args.report_only)
     flagged = [r["name"] for r in report["rows"] if r.get("within_ci") is False]
     print(f"results in {out_dir}; report {md_path}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     if flagged:
         print(f"not reproduced within the previous run's CI ({len(flagged)}): " + "; ".join(flagged))
     if args.update_readme:
-        readme = bench_dir.parent / "README.md"
-        done = update_readme(readme, bench_dir / "results")
+        readme = bench.BENCH_DIR.parent / "README.md"
+        done = bench.update_readme(readme, bench.BENCH_DIR / "results")
         print(f"README table {'updated' if done else 'NOT updated (README has no report markers)'}")
     return 1 if failed else 0
 
 
-COMMANDS = {"run": _cmd_run, "runs": _cmd_runs, "export": _cmd_export, "bench": _cmd_bench}
+COMMANDS = {"run": _cmd_run, "runs": _cmd_runs, "export": _cmd_export, "ablate": _cmd_ablate, "bench": _cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 a run failed, 2 a usage or configuration error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["ablate"]:
-        from lab.ablate_cli import main as ablate_main
-
-        try:
-            return ablate_main(argv[1:])
-        except SystemExit as exc:  # argparse's --help / usage errors inside the sub-CLI
-            return int(exc.code or 0)
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
-    except (UsageError, ValueError, NotImplementedError) as exc:
+    except SystemExit as exc:  # argparse's --help
+        return int(exc.code or 0)
+    except (UsageError, ValueError) as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

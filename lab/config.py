@@ -6,9 +6,10 @@ was validated. Every bad value fails here, early, with the field, the value and 
 than deep inside a training loop minutes later.
 
 A family that is off keeps its no-op default (``loader="memory"``, ``dtype="fp32"``, ``method="none"``,
-``world_size=1``), so ``RunConfig()`` is the plain fp32 baseline. Families whose issue has not landed yet
-accept their values here but are refused by :func:`lab.train.run` with a "not implemented yet" error:
-switching a technique on must never silently do nothing.
+``world_size=1``), so ``RunConfig()`` is the plain fp32 baseline. Names a user types (workloads, loaders,
+storage presets) are validated against their registries (:mod:`lab.registry`, :mod:`lab.workloads`), so a
+name that is accepted here is one that a technique package actually implements. What can only be checked
+against the machine (CUDA, a backend) is checked by :func:`lab.train.check` before any work.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
+
+from lab.registry import LOADERS, STORAGES
+from lab.workloads import list_workloads
 
 SIZES = ("tiny", "small", "full")
 OPTIMIZERS = ("adam", "sgd")
@@ -76,12 +80,11 @@ class _Family:
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig(_Family):
-    """How batches reach the model. ``memory`` slices in-memory tensors (the upper bound a loader can hit);
-    ``dataloader`` is ``torch.utils.data.DataLoader`` fetching whole batches by index (workers, prefetch,
-    pinned memory). The other loaders belong to the data-loading lab (notebook 01)."""
+    """How batches reach the model. ``loader`` names a builder in :data:`lab.registry.LOADERS` (``memory``
+    slices in-memory tensors, the upper bound a loader can hit; ``dataloader`` is ``torch.utils.data.DataLoader``;
+    the others are the data-loading lab's, notebook 01); ``storage`` a preset in :data:`lab.registry.STORAGES`."""
 
     family: ClassVar[str] = "data"
-    LOADERS: ClassVar[tuple[str, ...]] = ("memory", "dataloader", "naive", "thread", "device_prefetch")
 
     loader: str = "memory"
     num_workers: int = 0
@@ -90,14 +93,12 @@ class DataConfig(_Family):
     persistent_workers: bool = False
     shuffle: bool = True
     drop_last: bool = True
-    storage: str = "none"  # emulated storage preset (lab.data.storage.PRESETS); "none" = in-memory, no cost
+    storage: str = "none"  # emulated storage preset (lab.registry.STORAGES); "none" = in-memory, no cost
     prefetch_depth: int = 2  # batches the thread prefetcher may hold ahead of the training loop
 
-    STORAGES: ClassVar[tuple[str, ...]] = ("none", "local_ssd", "network_fs", "object_store")
-
     def __post_init__(self) -> None:
-        _check_choice(self._name("loader"), self.loader, self.LOADERS)
-        _check_choice(self._name("storage"), self.storage, self.STORAGES)
+        _check_choice(self._name("loader"), self.loader, LOADERS.names())
+        _check_choice(self._name("storage"), self.storage, STORAGES.names())
         _check_int(self._name("prefetch_depth"), self.prefetch_depth, lo=1, hi=1024)
         _check_int(self._name("num_workers"), self.num_workers, lo=0, hi=64)
         _check_int(self._name("prefetch_factor"), self.prefetch_factor, lo=1, hi=1024, optional=True)
@@ -108,7 +109,7 @@ class DataConfig(_Family):
             _fail(self._name("prefetch_factor"), self.prefetch_factor, "needs num_workers > 0")
         if self.persistent_workers and self.num_workers == 0:
             _fail(self._name("persistent_workers"), True, "needs num_workers > 0")
-        if self.loader in ("naive", "thread", "device_prefetch") and self.num_workers:
+        if self.loader != "memory" and self.num_workers and not LOADERS.get(self.loader).worker_processes:
             _fail(self._name("num_workers"), self.num_workers,
                   f"loader={self.loader!r} reads in the main process; worker processes need loader='dataloader'")
         if self.loader == "memory" and self.storage != "none":
@@ -311,9 +312,7 @@ class RunConfig:
     compute: ComputeConfig = field(default_factory=ComputeConfig)
 
     def __post_init__(self) -> None:
-        from lab.workloads import list_workloads  # late: the registry may hold user workloads
-
-        names = list_workloads()
+        names = list_workloads()  # read now: the registry may hold user workloads
         if not isinstance(self.workload, str) or self.workload not in names:
             _fail("workload", self.workload, "registered workloads: " + ", ".join(names))
         _check_choice("size", self.size, SIZES)

@@ -25,7 +25,7 @@ from lab.ablation import (  # noqa: E402
     run_ablation,
     summarize,
 )
-from lab.stats import bootstrap_ratio_ci  # noqa: E402
+from lab.measure.stats import bootstrap_ratio_ci  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 
@@ -161,12 +161,13 @@ def test_budget_pareto_and_interactions_on_a_hand_made_table():
 
 
 def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workload, private_store, capsys):
-    from lab.ablate_cli import main
+    from lab.cli import main
 
-    assert main(["--workload", "toy", "--techniques", "bf16", "--repeats", "1", "--db", str(private_store)]) == 0
+    assert main(["ablate", "--workload", "toy", "--techniques", "bf16", "--repeats", "1", "--db",
+                 str(private_store)]) == 0
     out = capsys.readouterr().out
     assert "baseline" in out and "bf16" in out and "best within 1 pt" in out
-    assert main(["--recipe", "nope"]) == 2
+    assert main(["ablate", "--recipe", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("lab: error: recipe='nope' is unknown") and "\n" not in err
 

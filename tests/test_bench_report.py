@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lab import bench_report as br
+from lab import bench as br
 from lab.cli import main as cli_main
 
 ENV = {"hardware_id": "test-cpu-2c", "device_name": "Test CPU", "usable_cores": 2, "isa_flags": ["avx2"],

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from lab import RunConfig, run
+from lab.loop import make_optimizer
 from lab.recipes import SPEED_EXTRAS, SPEED_STACK, speed_stack
-from lab.train import check_implemented, make_optimizer
+from lab.train import check
 from lab.workloads import get_workload
 from lab.workloads.ctr import DLRM, use_gather_kernels
 
@@ -55,13 +56,13 @@ def test_fast_kernels_need_the_ctr_model():
     with pytest.raises(TypeError, match="ctr DLRM"):
         use_gather_kernels(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="no faster implementation.*ctr"):
-        check_implemented(RunConfig(workload="sequence").with_overrides(**{"compute.fast_kernels": True}))
+        check(RunConfig(workload="sequence").with_overrides(**{"compute.fast_kernels": True}))
 
 
 def test_compile_with_ddp_is_refused_before_any_work():
     cfg = RunConfig(workload="ctr").with_overrides(**{"compute.compile": True, "ddp.world_size": 2})
     with pytest.raises(ValueError, match="compute.compile=True is invalid with ddp"):
-        check_implemented(cfg)
+        check(cfg)
 
 
 def test_fused_adam_takes_the_same_steps_as_the_default():

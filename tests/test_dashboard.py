@@ -85,7 +85,7 @@ def _frame_with(at, column: str):
 
 
 def test_scaling_model_page_projects_the_chosen_links():
-    from lab.scaling_model import LINK_PRESETS, project
+    from lab.distributed.scaling import LINK_PRESETS, project
 
     at = AppTest.from_file(APP, default_timeout=60).run()
     at.multiselect(key="sc_links").set_value(["10GbE", "NVLink"]).run()
@@ -123,7 +123,7 @@ def _figure(name: str, value: float, ci=None, unit: str = "x", goal=None, met=No
 
 
 def test_performance_report_page_shows_every_hardware(tmp_path, monkeypatch):
-    from lab.bench_report import ANCHORS, write_report
+    from lab.bench import ANCHORS, write_report
 
     cpu_env = {"hardware_id": "test-cpu-2c", "device_name": "Test CPU", "usable_cores": 2, "torch_version": "2.13.0",
                "git_sha": "abc1234567", "gpu_count": 0}

@@ -10,11 +10,11 @@ import torch
 
 from lab.config import DataConfig, RunConfig
 from lab.data import InMemoryLoader, NaiveLoader, ShuffledBatchSampler, ThreadPrefetcher, make_loader
-from lab.data.autotune import Candidate, autotune, data_config_for
 from lab.data.prefetch import DevicePrefetcher, seed_prefetch_as_written
 from lab.data.shards import Manifest, ShardError, ShardReader, write_ctr_shards
-from lab.data.stalls import amdahl_step_ms, data_wait_fraction, ideal_replay, prefetch_memory_mb
 from lab.data.storage import PRESETS, EmulatedStore, StoragePreset
+from lab.data.studies.autotune import Candidate, autotune, data_config_for
+from lab.data.studies.stalls import amdahl_step_ms, data_wait_fraction, ideal_replay, prefetch_memory_mb
 from lab.train import run
 from lab.workloads.ctr import criteo_like_vocab, generate_click_log
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from lab.data.sharding import STRATEGIES, epoch_order, resume, shard_indices, skew_report
 
@@ -64,3 +67,25 @@ def test_skew_report_finds_skew_on_a_sorted_log_and_none_under_hash():
     assert contiguous["max_feature_shift_sd"] > 1.0
     assert hashed["max_feature_shift_sd"] < 0.1
     assert hashed["label_rate_spread"] < 6 * hashed["label_rate_noise_sd"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 500), world_size=st.integers(1, 6), num_workers=st.integers(0, 3),
+       strategy=st.sampled_from(STRATEGIES), seed=st.integers(0, 2**16))
+def test_property_ranks_times_workers_partition_every_dataset(n, world_size, num_workers, strategy, seed):
+    parts = world_size * max(num_workers, 1)
+    assume(strategy == "hash" or n >= parts)
+    owned = [shard_indices(n, world_size=world_size, rank=r, num_workers=num_workers, worker=w, strategy=strategy,
+                           seed=seed) for r in range(world_size) for w in range(max(num_workers, 1))]
+    together = np.concatenate(owned)
+    assert len(together) == n and set(together.tolist()) == set(range(n))  # every sample once, none twice
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.integers(1, 6), per_rank=st.integers(1, 5), world=st.integers(1, 4))
+def test_property_rank_slices_of_one_global_batch_cover_it_exactly(batches, per_rank, world):
+    from lab.distributed import RankSlicedLoader
+
+    global_batches = [(torch.arange(b * per_rank * world, (b + 1) * per_rank * world),) for b in range(batches)]
+    seen = torch.cat([x for r in range(world) for (x,) in RankSlicedLoader(global_batches, r, world)])
+    assert sorted(seen.tolist()) == list(range(batches * per_rank * world))

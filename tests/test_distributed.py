@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from lab import RunConfig, run
-from lab import scaling_model as sm
 from lab.config import DDPConfig
 from lab.distributed import (
     LaunchInfo,
@@ -22,13 +21,13 @@ from lab.distributed import (
     spawn,
     spawn_run,
 )
-from lab.distributed_checks import equivalence_worker, killed_rank_worker
+from lab.distributed import scaling as sm
+from lab.distributed.checks import equivalence_worker, killed_rank_worker
 
 
 def register_toy() -> None:
     """Run in each spawned rank: fresh processes do not know the test-only toy workload."""
     from conftest import TOY
-
     from lab.workloads import register_workload
     register_workload(TOY, overwrite=True)
 
@@ -143,7 +142,7 @@ def test_killed_rank_ends_the_job_with_an_error_naming_it():
 def test_run_with_world_size_2_matches_single_process_double_batch(toy_workload):
     base = dict(workload="toy", size="tiny", max_steps=6, latency_repeats=0, optimizer="sgd")
     single = run(RunConfig(batch_size=16, threads=1, **base))
-    ddp = spawn_run(RunConfig(batch_size=8, ddp=DDPConfig(world_size=2, timeout_s=30), **base),
+    ddp = spawn_run(RunConfig(batch_size=8, ddp=DDPConfig(world_size=2, timeout_s=30), **base), run,
                     setup=register_toy, timeout_s=90)
     d = ddp.details["ddp"]
     assert (d["rank"], d["world_size"], d["effective_batch"], d["threads_per_rank"]) == (0, 2, 16, 1)

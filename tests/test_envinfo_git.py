@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from lab.envinfo import git_state
+from lab.measure.env import git_state
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -254,3 +254,46 @@ def test_bootstrap_deterministic_with_seed_and_ci_level() -> None:
 def test_bootstrap_stat_without_axis_argument() -> None:
     est, lo, hi = measure.bootstrap_ci([1.0, 2.0, 3.0, 4.0], stat=lambda a: float(np.max(a)), n_boot=50)
     assert est == 4.0 and 1.0 <= lo <= hi <= 4.0
+
+
+# ------------------------------------------------------------------------------------------- the one timer
+
+
+def test_interleaved_ms_calls_arms_in_rounds_after_warmup_and_syncs_per_block() -> None:
+    calls: list[str] = []
+    syncs: list[int] = []
+    arms = {name: (lambda n=name: calls.append(n)) for name in "abc"}
+    samples = measure.interleaved_ms(arms, repeats=3, warmup=2, iters=2, sync=lambda: syncs.append(1))
+    assert calls[:6] == ["a", "a", "b", "b", "c", "c"]  # warm-up: each arm alone, not timed
+    assert calls[6:] == ["a", "a", "b", "b", "c", "c"] * 3  # then A B C, A B C, ... (iters=2 per block)
+    assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3, "c": 3}
+    assert all(x >= 0 for v in samples.values() for x in v)
+    assert len(syncs) == 3 + 2 * 9  # once after each arm's warm-up, twice around every block
+
+
+def test_interleaved_ms_drops_a_failing_arm_only_when_asked() -> None:
+    def boom() -> None:
+        raise RuntimeError("no kernel\nsecond line")
+
+    errors: dict[str, str] = {}
+    samples = measure.interleaved_ms({"ok": lambda: None, "bad": boom}, repeats=2, warmup=1, errors=errors)
+    assert list(samples) == ["ok"] and errors == {"bad": "RuntimeError: no kernel"}
+    with pytest.raises(RuntimeError, match="no kernel"):
+        measure.interleaved_ms({"bad": boom}, repeats=1)
+    with pytest.raises(ValueError, match="repeats"):
+        measure.interleaved_ms({"ok": lambda: None}, repeats=-1)
+
+
+def test_interleaved_ms_stops_at_the_deadline_after_min_repeats() -> None:
+    samples = measure.interleaved_ms({"a": lambda: None}, repeats=100, warmup=0, deadline=0.0, min_repeats=3)
+    assert len(samples["a"]) == 3
+
+
+def test_inference_latency_ms_runs_in_eval_mode_and_restores_it() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    seen: list[bool] = []
+    model.register_forward_hook(lambda mod, args, out: seen.append(mod.training))
+    model.train()
+    samples = measure.inference_latency_ms({"m": model}, (torch.randn(2, 4),), repeats=4, warmup=1)
+    assert len(samples["m"]) == 4 and seen == [False] * 5 and model.training
+    assert measure.sync_for("cpu") is None and callable(measure.sync_for("cuda"))

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from lab.plots_report import load_reports, report_figure, report_frame, report_table  # noqa: E402
+from lab.plots.report import load_reports, report_figure, report_frame, report_table  # noqa: E402
 
 
 def _row(hw, name, value, *, unit="x", ci=None, family="precision", goal=None, met=None, note=""):

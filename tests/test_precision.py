@@ -14,6 +14,7 @@ from torch import nn
 from lab import precision
 from lab.config import PrecisionConfig, RunConfig
 from lab.data import make_loader
+from lab.loop import fit
 from lab.precision import (
     BackwardInAutocastWarning,
     Capability,
@@ -23,7 +24,7 @@ from lab.precision import (
     decide_auto,
     watch_backward_in_autocast,
 )
-from lab.train import fit, run
+from lab.train import run
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -218,7 +219,7 @@ def test_capability_reads_flags_and_tags_emulation():
 
 
 def test_emulated_precision_runs_but_carries_a_why_tag(toy_workload, monkeypatch):
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(precision.gate, "cpu_flags", lambda: frozenset({"avx2"}))
     r = _toy_run("bf16", steps=2)
     assert r.status == "ok" and "no native bf16 on this CPU" in r.why
     assert r.details["precision"]["capability"]["native"] is False
@@ -247,8 +248,8 @@ def test_auto_picks_the_fastest_clearly_faster_precision():
 @pytest.mark.parametrize("factor,expected", [(2.0, "bf16"), (0.5, "fp32")])
 def test_auto_in_a_run_uses_the_measurements_and_records_why(toy_workload, monkeypatch, factor, expected):
     fp32 = [5.0, 5.1, 4.9, 5.0, 5.05, 4.95]
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
-    monkeypatch.setattr(precision, "measure_arms",
+    monkeypatch.setattr(precision.gate, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(precision.gate, "measure_arms",
                         lambda ctx, model, lr, arms: {"fp32": fp32, "bf16": [t / factor for t in fp32]})
     r = _toy_run("auto", steps=3)
     rec = r.details["precision"]
@@ -257,8 +258,8 @@ def test_auto_in_a_run_uses_the_measurements_and_records_why(toy_workload, monke
 
 
 def test_measure_arms_times_every_arm_and_leaves_the_rng_alone(toy_workload):
+    from lab.context import Resolved, TrainContext, resolve
     from lab.result import RunResult
-    from lab.train import Resolved, TrainContext, resolve
 
     cfg = RunConfig(workload="toy", size="tiny", threads=1)
     r: Resolved = resolve(cfg)

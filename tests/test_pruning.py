@@ -25,8 +25,8 @@ from lab.pruning import (
     set_sparsity,
     sparse_size_bytes,
 )
-from lab.pruning_report import WHY_MASKS, speed_why
-from lab.pruning_structured import channel_prunable_layers, prune_channels
+from lab.pruning.channels import channel_prunable_layers, prune_channels
+from lab.pruning.report import WHY_MASKS, speed_why
 from lab.workloads import get_workload
 
 FAST = {"size": "tiny", "threads": 1, "latency_repeats": 2}
@@ -120,9 +120,11 @@ def test_structured_whole_resnet_and_dlrm_mlps_shrink_and_still_run():
     for workload in ("vision", "ctr"):
         model, x = tiny(workload)
         out_shape = model(*x).shape
-        prune(model, PruneConfig(method="structured_channels", amount=0.5), example_inputs=x)
+        scopes = get_workload(workload).prune_scopes  # the DLRM says how it splits; pruning knows no class
+        prune(model, PruneConfig(method="structured_channels", amount=0.5), example_inputs=x, scopes=scopes)
         assert model(*x).shape == out_shape
-    assert set(channel_prunable_layers(tiny("ctr")[0])) == {"bottom.0", "top.0"}  # not bottom[-1] / top[-1]
+    ctr_scopes = get_workload("ctr").prune_scopes
+    assert set(channel_prunable_layers(tiny("ctr")[0], scopes=ctr_scopes)) == {"bottom.0", "top.0"}  # not [-1]
 
 
 def test_masks_keep_zeros_at_zero_through_adam_unlike_the_seed_grad_trick():
@@ -221,7 +223,7 @@ def test_run_gradual_lands_on_target_and_structured_shrinks(toy_workload):
 
 
 def test_plots_build_from_pruned_results(toy_workload):
-    from lab import plots_pruning as pp
+    from lab.plots import pruning as pp
 
     res = run(RunConfig(workload="toy", prune=PruneConfig(method="global_unstructured", amount=0.6,
                                                           schedule="gradual"), **FAST))
@@ -288,7 +290,7 @@ def test_unknown_and_unsupported_layers_are_clear_errors():
     with pytest.raises(ValueError, match="example_inputs"):
         prune(model, PruneConfig(method="structured_channels", amount=0.5))
     with pytest.raises(ValueError, match="not structurally prunable"):
-        channel_prunable_layers(tiny("ctr")[0], ("embedding",))
+        channel_prunable_layers(tiny("ctr")[0], ("embedding",), scopes=get_workload("ctr").prune_scopes)
 
 
 @pytest.mark.gpu

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from lab import quantization as Q
+from lab import quant as Q
 from lab.config import PrecisionConfig, QuantConfig, RunConfig
-from lab.quant_report import metric_delta, relative_error
+from lab.quant import metric_delta, relative_error
 from lab.train import run
 from lab.workloads import get_workload
 

@@ -9,42 +9,18 @@ seed and epoch, which is what lets a test check that a faster loader changes not
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from lab.config import DataConfig
+from lab.data.prefetch import DevicePrefetcher, EmulatedBatchDataset, NaiveLoader, ThreadPrefetcher
+from lab.data.sampler import InMemoryLoader, ShuffledBatchSampler
+from lab.registry import LOADERS
 
 Batch = tuple[torch.Tensor, ...]
-
-
-class ShuffledBatchSampler(Sampler[torch.Tensor]):
-    """Yields index tensors, one per batch; a fresh permutation per epoch derived from (seed, epoch)."""
-
-    def __init__(self, n: int, batch_size: int, *, shuffle: bool = True, drop_last: bool = True,
-                 seed: int = 0) -> None:
-        if n <= 0:
-            raise ValueError(f"dataset is empty (n={n})")
-        if batch_size > n and drop_last:
-            raise ValueError(f"batch_size={batch_size} is larger than the dataset ({n} rows) with drop_last")
-        self.n, self.batch_size, self.shuffle, self.drop_last, self.seed = n, batch_size, shuffle, drop_last, seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = torch.randperm(self.n, generator=g)
-        else:
-            order = torch.arange(self.n)
-        for i in range(len(self)):
-            yield order[i * self.batch_size:(i + 1) * self.batch_size]
 
 
 class TensorBatchDataset(Dataset):
@@ -60,23 +36,6 @@ class TensorBatchDataset(Dataset):
         return tuple(t[idx] for t in self.tensors)
 
 
-class InMemoryLoader:
-    """The fastest possible loader on one core: index-slice tensors already in memory."""
-
-    def __init__(self, tensors: Sequence[torch.Tensor], sampler: ShuffledBatchSampler) -> None:
-        self.tensors, self.sampler = tuple(tensors), sampler
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __iter__(self) -> Iterator[Batch]:
-        for idx in self.sampler:
-            yield tuple(t[idx] for t in self.tensors)
-
-
 class _EpochDataLoader(DataLoader):
     """DataLoader whose batch order follows ``set_epoch`` like the other loaders."""
 
@@ -90,24 +49,40 @@ def make_loader(tensors: Sequence[torch.Tensor], cfg: DataConfig, batch_size: in
     for the same seed, so swapping loaders changes speed only. ``cfg.storage`` makes each batch read cost
     what the emulated storage preset says (:mod:`lab.data.storage`). ``device`` is used only by
     ``device_prefetch`` (a pass-through on CPU)."""
-    from lab.data.prefetch import DevicePrefetcher, EmulatedBatchDataset, NaiveLoader, ThreadPrefetcher
-
     sampler = ShuffledBatchSampler(len(tensors[0]), batch_size, shuffle=cfg.shuffle, drop_last=cfg.drop_last,
                                    seed=seed)
-    if cfg.loader == "memory":
-        return InMemoryLoader(tensors, sampler)
-    if cfg.loader == "dataloader":
-        dataset = TensorBatchDataset(tensors) if cfg.storage == "none" else EmulatedBatchDataset(tensors,
-                                                                                                 cfg.storage)
-        return _EpochDataLoader(
-            dataset, sampler=sampler, batch_size=None, num_workers=cfg.num_workers,
-            pin_memory=cfg.pin_memory, prefetch_factor=cfg.prefetch_factor,
-            persistent_workers=cfg.persistent_workers)
-    naive = NaiveLoader(tensors, sampler, cfg.storage)
-    if cfg.loader == "naive":
-        return naive
-    if cfg.loader == "thread":
-        return ThreadPrefetcher(naive, cfg.prefetch_depth)
-    if cfg.loader == "device_prefetch":
-        return DevicePrefetcher(ThreadPrefetcher(naive, cfg.prefetch_depth), device)
-    raise NotImplementedError(f"data.loader={cfg.loader!r} is not implemented (allowed: {DataConfig.LOADERS})")
+    return LOADERS.get(cfg.loader).build(tensors, sampler, cfg, device)
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    """One entry of :data:`lab.registry.LOADERS`: how to build the loader, and whether it reads in worker
+    processes (``data.num_workers``) or in the training process."""
+
+    build: Callable[..., object]  # (tensors, sampler, DataConfig, device) -> loader
+    worker_processes: bool = False
+    description: str = ""
+
+
+def _dataloader(tensors, sampler, cfg: DataConfig, device):  # noqa: ANN001, ANN202 - a LoaderSpec.build
+    dataset = TensorBatchDataset(tensors) if cfg.storage == "none" else EmulatedBatchDataset(tensors, cfg.storage)
+    return _EpochDataLoader(dataset, sampler=sampler, batch_size=None, num_workers=cfg.num_workers,
+                            pin_memory=cfg.pin_memory, prefetch_factor=cfg.prefetch_factor,
+                            persistent_workers=cfg.persistent_workers)
+
+
+def _thread(tensors, sampler, cfg: DataConfig, device):  # noqa: ANN001, ANN202
+    return ThreadPrefetcher(NaiveLoader(tensors, sampler, cfg.storage), cfg.prefetch_depth)
+
+
+_BUILT_IN = {
+    "memory": LoaderSpec(lambda t, s, cfg, dev: InMemoryLoader(t, s), description="slices of in-memory tensors"),
+    "dataloader": LoaderSpec(_dataloader, worker_processes=True, description="torch.utils.data.DataLoader"),
+    "naive": LoaderSpec(lambda t, s, cfg, dev: NaiveLoader(t, s, cfg.storage), description="one read per batch"),
+    "thread": LoaderSpec(_thread, description="bounded background-thread prefetch"),
+    "device_prefetch": LoaderSpec(lambda t, s, cfg, dev: DevicePrefetcher(_thread(t, s, cfg, dev), dev),
+                                  description="thread prefetch + copy to the GPU on a side CUDA stream"),
+}
+for _name, _spec in _BUILT_IN.items():
+    LOADERS.register(_name, _spec, overwrite=True)  # overwrite: importlib.reload stays idempotent
+del _name, _spec

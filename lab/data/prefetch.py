@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from lab.data.loaders import InMemoryLoader
+from lab.data.sampler import InMemoryLoader
 from lab.data.storage import StoragePreset, pay, preset
 
 Batch = tuple[torch.Tensor, ...]

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.registry import STORAGES
+
 
 @dataclass(frozen=True)
 class StoragePreset:
@@ -36,21 +38,19 @@ class StoragePreset:
 
 # Orders of magnitude, not vendor figures: NVMe ~0.1 ms / 2 GB/s; a busy NFS ~5 ms / 100 MB/s; S3-like
 # first-byte ~20 ms / 80 MB/s per stream. The ratios between them are what the lab reproduces.
-PRESETS: dict[str, StoragePreset] = {
-    "none": StoragePreset("none", 0.0, 1e12),
-    "local_ssd": StoragePreset("local_ssd", 0.1, 2000.0),
-    "network_fs": StoragePreset("network_fs", 5.0, 100.0),
-    "object_store": StoragePreset("object_store", 20.0, 80.0),
-}
+for _preset in (StoragePreset("none", 0.0, 1e12), StoragePreset("local_ssd", 0.1, 2000.0),
+                StoragePreset("network_fs", 5.0, 100.0), StoragePreset("object_store", 20.0, 80.0)):
+    STORAGES.register(_preset.name, _preset, overwrite=True)  # overwrite: importlib.reload stays idempotent
+del _preset
+#: The presets by name (the registry that ``data.storage`` is validated against).
+PRESETS = STORAGES
 
 
 def preset(name_or_preset: str | StoragePreset) -> StoragePreset:
     """Look a preset up by name (a ValueError lists the allowed names)."""
     if isinstance(name_or_preset, StoragePreset):
         return name_or_preset
-    if name_or_preset not in PRESETS:
-        raise ValueError(f"storage={name_or_preset!r} is invalid: allowed: {', '.join(PRESETS)}")
-    return PRESETS[name_or_preset]
+    return STORAGES.get(name_or_preset)
 
 
 def pay(cost: StoragePreset, nbytes: int, started_s: float) -> None:

@@ -92,6 +92,10 @@ class Workload:
     #: Optional ``fn(model) -> model`` switching the model to a faster implementation of the same math
     #: (``compute.fast_kernels``); ``None`` means the workload has none, and asking for it is refused.
     fast_kernels: Callable[[nn.Module], nn.Module] | None = None
+    #: Optional ``fn(model) -> [(prefix, sub-module, layers whose output width is fixed)]``: the parts that
+    #: structured pruning traces separately, for a model whose graph cannot be traced as one (the ctr
+    #: DLRM's embedding interaction). ``None``: the whole model, its output layer fixed.
+    prune_scopes: Callable[[nn.Module], list[tuple[str, nn.Module, list[nn.Module]]]] | None = None
 
     def size(self, size: str) -> SizeSpec:
         """The spec for ``size``, with an error that lists the sizes this workload has."""

@@ -1,0 +1,257 @@
+"""What a run, a technique or a study needs, built once: :func:`prepare` and :class:`TrainContext`.
+
+Why one place: a study that trains a model (pruning sensitivity, the float baseline of quantization, the
+ideal-loader replay, the skew cost, the precision probe) must train it exactly as :func:`lab.run` would,
+or its figures describe a different training step. So every one of them calls :func:`prepare` and
+``ctx.fit``, and ``ctx.fit`` assembles the step from the config through the technique packages' *doors*.
+
+Doors: each technique package (:mod:`lab.data`, :mod:`lab.compute`, :mod:`lab.precision`, :mod:`lab.pruning`,
+:mod:`lab.quant`, :mod:`lab.distributed`) exposes the same verbs: ``check(cfg)`` before any work,
+``before_training(ctx, model)``, ``after_training(ctx, model)``, ``report(result)``, and optionally
+``loader_factory(ctx, make)`` and ``fit_options(ctx, model, plan)`` to contribute to every fit. This module
+sits *below* the packages (it never imports them), so :mod:`lab.train` installs them in order with
+:func:`install_doors` when ``lab`` is imported. That is how ``ctx.fit`` reaches them without an import circle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from lab.config import RunConfig
+from lab.loop import DDPStep, FitStats, Loader, ProgressFn, StepHook, StepPolicy, fit, make_optimizer, to_device
+from lab.measure import environment_stamp
+from lab.result import RunResult, new_run_id, utc_now_iso
+from lab.workloads import Datasets, SizeSpec, Workload, get_workload
+
+# ------------------------------------------------------------------------------------------- resolving
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The config with the workload's size defaults filled in: what actually ran."""
+
+    workload: Workload
+    spec: SizeSpec
+    device: torch.device
+    epochs: int
+    batch_size: int
+    lr: float
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is CUDA when present, else CPU; asking for CUDA without it is an error, not a fallback."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} is invalid: CUDA is not available on this machine (use cpu or auto)")
+    return torch.device(name)
+
+
+def resolve(cfg: RunConfig) -> Resolved:
+    """Fill ``None`` fields from the workload's size spec and pick the device."""
+    wl = get_workload(cfg.workload)
+    spec = wl.size(cfg.size)
+    return Resolved(workload=wl, spec=spec, device=resolve_device(cfg.device),
+                    epochs=cfg.epochs or spec.epochs, batch_size=cfg.batch_size or spec.batch_size,
+                    lr=cfg.lr or spec.lr)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed every generator a run touches, so the same config gives the same loss curve on CPU."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def thread_count(threads: int | None) -> Iterator[int]:
+    """Set torch's intra-op threads for the run and restore them after: a library call should not leave
+    the process's thread count changed behind the caller's back."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, wl: Workload, tensors: tuple[torch.Tensor, ...], device: torch.device,
+             batch_size: int) -> dict[str, float]:
+    """The workload's metrics on a held-out split, in eval mode (restoring the previous mode)."""
+    was_training = model.training
+    model.eval()
+    try:
+        outs = []
+        n = len(tensors[0])
+        for i in range(0, n, batch_size):
+            batch = to_device(tuple(t[i:i + batch_size] for t in tensors[:-1]), device)
+            outs.append(model(*batch).float().cpu())
+        return {k: float(v) for k, v in wl.evaluate(torch.cat(outs), tensors[-1]).items()}
+    finally:
+        model.train(was_training)
+
+
+# ---------------------------------------------------------------------------------------------- doors
+
+_DOORS: tuple[ModuleType, ...] = ()
+
+
+def install_doors(doors: Sequence[ModuleType]) -> None:
+    """Install the technique packages, in the order their contributions to a fit apply (data first: it
+    builds the loader that distributed slices). Called by :mod:`lab.train` at import."""
+    global _DOORS
+    for door in doors:
+        for verb in ("check", "before_training", "after_training", "report"):
+            if not callable(getattr(door, verb, None)):
+                raise TypeError(f"technique package {door.__name__} lacks the verb {verb}()")
+    _DOORS = tuple(doors)
+
+
+def doors() -> tuple[ModuleType, ...]:
+    if not _DOORS:  # cannot happen after `import lab`, which imports lab.train
+        raise RuntimeError("no technique packages installed: import lab (lab.train installs them)")
+    return _DOORS
+
+
+#: The door that wraps a model for several ranks; a single-process study leaves it out.
+MULTI_PROCESS_DOOR = "lab.distributed"
+
+
+def before_training(ctx: TrainContext, model: nn.Module, *,
+                    exclude: Sequence[str] = (MULTI_PROCESS_DOOR,)) -> tuple[nn.Module, list[StepHook]]:
+    """Every door's ``before_training`` in order except those named in ``exclude`` (package names): the model
+    a run trains (fast kernels, pruning masks or schedule) and the step hooks its loop must call."""
+    hooks: list[StepHook] = []
+    for door in doors():
+        if door.__name__ not in exclude:
+            model, more = door.before_training(ctx, model)
+            hooks.extend(more)
+    return model, hooks
+
+
+def describe_step(plan: FitPlan, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """What one fit's step was made of, for ``result.details["steps"][phase]``: two fits that should run
+    the same step (a run and its ideal-loader replay) can be compared on this."""
+    policy = plan.policy
+    return {"optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
+            "precision": getattr(policy, "dtype", "fp32") if policy is not None else "fp32",
+            "compiled": plan.forward is not None, "ddp": plan.ddp is not None, "loader": type(plan.loader).__name__}
+
+
+@dataclass
+class FitPlan:
+    """What one ``ctx.fit`` call will run. Doors fill in their part in :func:`install_doors` order."""
+
+    phase: str
+    lr: float
+    probe: bool  # a short measuring fit (the precision probe): no progress events, no DDP
+    loader: Loader
+    fused_optimizer: bool = False
+    policy: StepPolicy | None = None
+    forward: Callable[..., torch.Tensor] | None = None
+    ddp: DDPStep | None = None
+    finished: list[Callable[[FitStats], None]] = field(default_factory=list)  # called with the stats
+
+
+# -------------------------------------------------------------------------------------------- context
+
+
+@dataclass
+class TrainContext:
+    """What a technique gets to work with: the run's config, data, device and result record, and
+    :meth:`fit` / :meth:`evaluate`, so that fine-tuning after pruning or QAT and every study reuse the
+    same measured loop instead of writing a second one. Techniques record their figures in
+    ``result.details[family]`` and their "why" tags in ``result.why``; what a family remembers between
+    the fits of one run (the resolved ``auto`` precision, a pruning schedule) lives in ``state``."""
+
+    cfg: RunConfig
+    resolved: Resolved
+    data: Datasets
+    result: RunResult
+    progress: ProgressFn | None = None
+    ddp: Any = None  # lab.distributed.DDPRuntime when data-parallel (set by lab.train.run); None = one process
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return self.resolved.device
+
+    @property
+    def workload(self) -> Workload:
+        return self.resolved.workload
+
+    @property
+    def is_main_rank(self) -> bool:
+        """Only rank 0 evaluates and reports; a single process is rank 0."""
+        return self.ddp is None or self.ddp.info.rank == 0
+
+    def new_model(self) -> nn.Module:
+        """The workload's model, seeded with ``cfg.seed`` (same config, same initial weights), on the device."""
+        seed_everything(self.cfg.seed)
+        return self.workload.make_model(self.resolved.spec).to(self.device)
+
+    def make_loader(self, batch_size: int | None = None) -> Loader:
+        """A loader over the training split as the config asks (same batch order for the same seed): the
+        data door builds it, the distributed door slices it per rank."""
+        make: Callable[[int], Loader] | None = None
+        for door in doors():
+            factory = getattr(door, "loader_factory", None)
+            if factory is not None:
+                make = factory(self, make)
+        if make is None:
+            raise RuntimeError("no installed technique package builds loaders")
+        return make(batch_size or self.resolved.batch_size)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return evaluate(model, self.workload, self.data.test, self.device, self.cfg.eval_batch_size)
+
+    def fit(self, model: nn.Module, *, epochs: int, lr: float, max_steps: int | None = None,
+            step_hooks: Sequence[StepHook] = (), phase: str = "train", loader: Loader | None = None,
+            policy: StepPolicy | None = None, probe: bool = False) -> FitStats:
+        """Train ``model`` in place the way the config asks (its optimizer, loader, precision, compile, DDP);
+        returns the raw per-step samples. The main training phase, every fine-tune and every study go
+        through here. ``loader`` / ``policy`` override what the doors would build (a replay of cached
+        batches; one arm of the precision probe)."""
+        plan = FitPlan(phase=phase, lr=lr, probe=probe, loader=loader if loader is not None else self.make_loader(),
+                       policy=policy)
+        for door in doors():
+            contribute = getattr(door, "fit_options", None)
+            if contribute is not None:
+                contribute(self, model, plan)
+        optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr,
+                                   fused=plan.fused_optimizer)
+        stats = fit(model, optimizer, plan.loader, self.workload, self.device, epochs=epochs, max_steps=max_steps,
+                    step_hooks=step_hooks, progress=None if probe else self.progress, phase=phase,
+                    policy=plan.policy, ddp=plan.ddp, forward=plan.forward)
+        for done in plan.finished:
+            done(stats)
+        if not probe:
+            self.result.details.setdefault("steps", {})[phase] = describe_step(plan, optimizer)
+        return stats
+
+
+@contextlib.contextmanager
+def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None) -> Iterator[TrainContext]:
+    """Everything a run or a study needs, once: the resolved config, the thread count (restored on exit),
+    the data and an empty result record stamped with the environment. ``with prepare(cfg) as ctx:
+    model = ctx.new_model(); ctx.fit(model, epochs=ctx.resolved.epochs, lr=ctx.resolved.lr)``."""
+    r = resolve(cfg)
+    result = RunResult(run_id=new_run_id(), config=cfg.to_dict(), env={}, workload=cfg.workload,
+                       started_at=utc_now_iso(), metric_name=r.workload.metric_name,
+                       higher_is_better=r.workload.higher_is_better, batch_size=r.batch_size,
+                       warmup_steps=cfg.warmup_steps)
+    with thread_count(cfg.threads):
+        result.env = environment_stamp(str(r.device))
+        data = r.workload.make_data(r.spec, cfg.data_seed)
+        yield TrainContext(cfg=cfg, resolved=r, data=data, result=result, progress=progress)

@@ -1,0 +1,59 @@
+"""The batch order every loader shares, and the in-memory loader that is the upper bound for all of them.
+
+Why one sampler: swapping loaders must change speed only, so every loader walks the same index batches
+for the same (seed, epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch.utils.data import Sampler
+
+Batch = tuple[torch.Tensor, ...]
+
+
+class ShuffledBatchSampler(Sampler[torch.Tensor]):
+    """Yields index tensors, one per batch; a fresh permutation per epoch derived from (seed, epoch)."""
+
+    def __init__(self, n: int, batch_size: int, *, shuffle: bool = True, drop_last: bool = True,
+                 seed: int = 0) -> None:
+        if n <= 0:
+            raise ValueError(f"dataset is empty (n={n})")
+        if batch_size > n and drop_last:
+            raise ValueError(f"batch_size={batch_size} is larger than the dataset ({n} rows) with drop_last")
+        self.n, self.batch_size, self.shuffle, self.drop_last, self.seed = n, batch_size, shuffle, drop_last, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.n, generator=g)
+        else:
+            order = torch.arange(self.n)
+        for i in range(len(self)):
+            yield order[i * self.batch_size:(i + 1) * self.batch_size]
+
+
+class InMemoryLoader:
+    """The fastest possible loader on one core: index-slice tensors already in memory."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], sampler: ShuffledBatchSampler) -> None:
+        self.tensors, self.sampler = tuple(tensors), sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for idx in self.sampler:
+            yield tuple(t[idx] for t in self.tensors)

@@ -1,0 +1,82 @@
+"""Data-parallel training (DDP): launch, rank-aware batches, measured communication, failures that end.
+
+Why: the seed's claim ("4 GPUs cut training time to 1/3-1/4, but communication makes small runs scale
+poorly") can only be checked by running real DistributedDataParallel and timing its all-reduces.
+:mod:`.launch` starts and joins ranks (torchrun, SLURM, spawn) with timeouts that name the dead rank;
+:mod:`.ddp` is DDP in the one loop; :mod:`.scaling` is the alpha-beta model that projects the measurements to
+N workers; :mod:`.checks` holds the worker functions the tests, notebook and benchmark spawn.
+
+The family's door (see :mod:`lab.context`): ``loader_factory`` slices every rank's share of the global batch,
+``fit_options`` hands the loop the DDP runtime, ``before_training`` wraps the model (last of all doors),
+``after_training`` unwraps it and records ``result.details["ddp"]``. Taught in ``notebooks/05_distributed.ipynb``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from lab.config import RunConfig
+from lab.context import FitPlan, TrainContext, resolve_device
+from lab.distributed import ddp, launch
+from lab.distributed.ddp import *  # noqa: F403 - the names in its __all__
+from lab.distributed.ddp import RankSlicedLoader, describe, unwrap, wrap
+from lab.distributed.launch import *  # noqa: F403 - the names in its __all__
+from lab.distributed.launch import resolve_backend
+from lab.loop import Loader, StepHook
+from lab.result import RunResult
+
+__all__ = [*ddp.__all__, *launch.__all__,
+           "after_training", "before_training", "check", "fit_options", "loader_factory", "report"]
+
+
+
+
+def check(cfg: RunConfig) -> None:
+    """Refuse a backend this machine cannot run (NCCL without CUDA) before spawning any rank."""
+    if cfg.ddp.enabled:
+        resolve_backend(cfg.ddp.backend, resolve_device(cfg.device))
+
+
+def _distributed(ctx: TrainContext) -> bool:
+    return ctx.ddp is not None and ctx.ddp.info.distributed
+
+
+def loader_factory(ctx: TrainContext, make: Callable[[int], Loader] | None) -> Callable[[int], Loader] | None:
+    """Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice."""
+    if make is None or not _distributed(ctx):
+        return make
+    info = ctx.ddp.info
+    return lambda batch_size: RankSlicedLoader(make(batch_size * info.world_size), info.rank, info.world_size)
+
+
+def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+    """The loop's ``ddp`` argument: ``no_sync`` accumulation and the comm timing (not for a probe)."""
+    if not plan.probe:
+        plan.ddp = ctx.ddp
+
+
+def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+    """Wrap in DistributedDataParallel when there are several ranks."""
+    if ctx.ddp is not None:
+        model = wrap(model, ctx.ddp, ctx.cfg.ddp, ctx.device)
+    return model, []
+
+
+def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
+    """Unwrap and record ranks, backend, effective batch and bytes per step."""
+    if ctx.ddp is None:
+        return model
+    ctx.result.details["ddp"] = describe(ctx.ddp, ctx.cfg, ctx.resolved.batch_size, ctx.resolved.lr)
+    return unwrap(model)
+
+
+def report(result: RunResult) -> dict[str, Any]:
+    """Ranks, effective batch and the share of the step in communication."""
+    rec = result.details.get("ddp", {})
+    phases = result.phase_medians_ms()
+    total = phases.get("total") or float("nan")
+    return {"world_size": rec.get("world_size", 1), "effective_batch": rec.get("effective_batch"),
+            "comm_fraction": phases.get("comm", 0.0) / total if total == total else None}

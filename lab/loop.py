@@ -1,0 +1,196 @@
+"""The instrumented step loop: every technique in the lab is trained and timed through :func:`fit`.
+
+Why one loop: a speedup is only meaningful when both arms ran the same code with the same measurement.
+Per step it records how long it waited for data and spent in forward, backward, optimizer and (data-
+parallel) communication, keeps the raw samples, and leaves summaries to :class:`lab.result.RunResult`
+(which drops the warm-up steps). What a technique changes in a step comes in as an argument, never as an
+import: a *step policy* (mixed precision, :mod:`lab.precision`) owns autocast, backward and the optimizer
+step; a *ddp runtime* (:mod:`lab.distributed`) owns ``no_sync`` and the comm timing; ``forward`` replaces
+``model(...)`` (``torch.compile``, :mod:`lab.compute`). With none of them this is exactly
+``loss = loss_fn(model(x), y); loss.backward(); optimizer.step()``.
+Taught in ``notebooks/00_tour.ipynb``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from lab.measure import MemorySampler, PhaseTimer, sync_for
+from lab.workloads import Workload
+
+PHASES = ("data_wait", "forward", "backward", "optimizer", "comm")
+#: How often (in steps) the loop samples process memory: each sample reads /proc, so not every step.
+MEMORY_SAMPLE_EVERY = 10
+
+ProgressFn = Callable[[dict[str, Any]], None]
+#: ``hook(step, model)`` after each optimizer step, outside the timed phases (a gradual pruning schedule).
+StepHook = Callable[[int, nn.Module], None]
+
+
+class Loader(Protocol):
+    """What the loop needs of a loader: batches, a length in batches, and a per-epoch reshuffle."""
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]: ...
+    def __len__(self) -> int: ...
+    def set_epoch(self, epoch: int) -> None: ...
+
+
+class StepPolicy(Protocol):
+    """The three places precision touches a step (:class:`lab.precision.PrecisionPolicy` is one)."""
+
+    def applied(self, model: nn.Module) -> contextlib.AbstractContextManager: ...
+    def autocast(self) -> contextlib.AbstractContextManager: ...
+    def backward(self, loss: torch.Tensor) -> None: ...
+    def step(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+
+class PlainStep:
+    """The fp32 step: no autocast, ``loss.backward()``, ``optimizer.step()``."""
+
+    @contextlib.contextmanager
+    def applied(self, model: nn.Module) -> Iterator[nn.Module]:
+        yield model
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+
+PLAIN = PlainStep()
+
+
+class DDPStep(Protocol):
+    """What data-parallel training needs of the loop (:class:`lab.distributed.DDPRuntime` is one)."""
+
+    grad_accum_steps: int
+    recorder: Any  # has end_step() -> comm ms of the step, or None
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager: ...
+
+
+@dataclass
+class FitStats:
+    """Raw samples from one :func:`fit` call."""
+
+    steps: int
+    time_s: float
+    losses: list[float]
+    step_times_ms: dict[str, list[float]]
+    peak_memory_mb: float
+    memory_kind: str
+
+
+def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The batch on ``device`` (a no-op on CPU; non-blocking from pinned memory on CUDA)."""
+    if device.type == "cpu":
+        return batch
+    return tuple(t.to(device, non_blocking=True) for t in batch)
+
+
+def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, *,
+                   fused: bool = False) -> torch.optim.Optimizer:
+    """Adam or SGD with momentum. ``fused`` (``compute.fused_optimizer``) updates every parameter in one
+    fused kernel per dtype and device instead of torch's default multi-tensor ("foreach") loop; ``False``
+    leaves the choice to torch."""
+    kwargs = {"fused": True} if fused else {}
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, **kwargs)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, **kwargs)
+
+
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: Workload, device: torch.device, *,
+        epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
+        progress: ProgressFn | None = None, phase: str = "train", policy: StepPolicy | None = None,
+        ddp: DDPStep | None = None, forward: Callable[..., torch.Tensor] | None = None) -> FitStats:
+    """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
+    backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
+    the timed phases. A non-finite loss stops training with an error naming the step: a diverged run must
+    never be reported as a result. ``policy`` wraps forward + loss in autocast and owns backward and the
+    optimizer step (default: :data:`PLAIN`). ``ddp``: a step is ``grad_accum_steps`` micro-batches, all but
+    the last under ``no_sync``; the "comm" phase is the time DDP's all-reduces were in flight (it overlaps
+    backward, so it is moved out of the backward figure: backward = backward wall time - comm, clipped at
+    0). ``forward`` (e.g. ``torch.compile(model)``) replaces ``model(...)`` in the step; hooks, the policy
+    and DDP still see ``model``."""
+    policy = PLAIN if policy is None else policy
+    forward = model if forward is None else forward
+    accum = ddp.grad_accum_steps if ddp is not None else 1
+    steps_per_epoch = len(loader) // accum
+    total_steps = epochs * steps_per_epoch
+    if max_steps is not None:
+        total_steps = min(total_steps, max_steps)
+    timer = PhaseTimer(phases=PHASES, sync=sync_for(device))
+    memory = MemorySampler(device)
+    losses: list[float] = []
+    comm_ms: list[float] = []
+    step = 0
+    model.train()
+    t_start = time.perf_counter()
+    with policy.applied(model):
+        for epoch in range(epochs):
+            if step >= total_steps:
+                break
+            loader.set_epoch(epoch)
+            batches = iter(loader)
+            while step < total_steps:
+                timer.start_step()
+                micro_losses = []
+                for micro in range(accum):
+                    batch = next(batches, None)
+                    if batch is None:
+                        break
+                    batch = to_device(batch, device)
+                    timer.mark("data_wait")
+                    sync_ctx = ddp.no_sync(model) if ddp is not None and micro < accum - 1 else contextlib.nullcontext()
+                    with sync_ctx:
+                        with policy.autocast():  # forward + loss only; backward and step outside (seed-004 bug)
+                            out = forward(*batch[:-1])
+                            loss = wl.loss(out, batch[-1])
+                        timer.mark("forward")
+                        policy.backward(loss / accum if accum > 1 else loss)
+                        timer.mark("backward")
+                    micro_losses.append(loss)
+                if len(micro_losses) < accum:  # epoch ended inside an accumulation: drop the partial step
+                    optimizer.zero_grad(set_to_none=True)
+                    break
+                if accum > 1:
+                    loss = torch.stack([m.detach() for m in micro_losses]).mean()
+                if ddp is not None and ddp.recorder is not None:
+                    comm_ms.append(ddp.recorder.end_step())
+                policy.step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+                timer.mark("optimizer")
+                timer.end_step()
+                value = loss.item()
+                if not np.isfinite(value):
+                    raise FloatingPointError(f"loss became {value} at step {step} (epoch {epoch}, {phase}); "
+                                             "lower the lr or check the data")
+                losses.append(value)
+                for hook in step_hooks:
+                    hook(step, model)
+                if step % MEMORY_SAMPLE_EVERY == 0:
+                    memory.sample()
+                step += 1
+                if progress:
+                    progress({"phase": phase, "step": step, "total_steps": total_steps, "epoch": epoch,
+                              "epochs": epochs, "loss": value})
+    elapsed = time.perf_counter() - t_start
+    memory.sample()
+    samples = timer.samples_ms()
+    if comm_ms and len(comm_ms) == len(samples["comm"]):
+        samples["backward"] = [max(b - c, 0.0) for b, c in zip(samples["backward"], comm_ms, strict=True)]
+        samples["comm"] = comm_ms
+    return FitStats(steps=step, time_s=elapsed, losses=losses, step_times_ms=samples,
+                    peak_memory_mb=memory.peak_mb(), memory_kind=memory.kind)

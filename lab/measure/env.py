@@ -1,0 +1,149 @@
+"""Environment stamp: what a timing was measured on (DESIGN.md section 5, rule 6).
+
+A speedup without its hardware is a rumour: bf16 and int8 speed depend on ISA flags, thread counts on a
+shared 2-core box swing timings by several times, and a result must be traceable to the code (git SHA).
+Re-exported by :mod:`lab.measure`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+# ---------------------------------------------------------------------------------- environment stamp
+
+ISA_FLAGS_OF_INTEREST = (
+    "avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile", "fma", "f16c",
+)
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$", " ", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:60] or "unknown"
+
+
+def _run(cmd: list[str], cwd: Path | None = None, timeout_s: float = 3.0) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_info() -> tuple[str, tuple[str, ...]]:
+    model: str | None = None
+    flags: set[str] = set()
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:  # x86 / arm spelling
+            flags = set(value.split())
+    model = model or platform.processor() or "unknown"
+    return model, tuple(f for f in ISA_FLAGS_OF_INTEREST if f in flags)
+
+
+#: Paths whose changes do not make a checkout "dirty": benchmark results written into it are outputs, not
+#: code. Without this every benchmark after the first in a `make bench` stamped itself dirty.
+OUTPUT_PATHS = ("benchmarks/results",)
+
+
+def git_state(root: Path) -> tuple[str, bool | None]:
+    """SHA and dirty flag (tracked files changed outside ``OUTPUT_PATHS``) of the git checkout at ``root``;
+    ``("unknown", None)`` when ``root`` is not a checkout or git is missing."""
+    if shutil.which("git") is None:
+        return "unknown", None
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=root)
+    if not sha:
+        return "unknown", None
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                   *(f":(exclude){p}" for p in OUTPUT_PATHS)], cwd=root)
+    return sha, (bool(status) if status is not None else None)
+
+
+@functools.lru_cache(maxsize=1)
+def _git_state() -> tuple[str, bool | None]:
+    """:func:`git_state` of the checkout holding this package, as of the first call."""
+    return git_state(Path(__file__).resolve().parents[2])
+
+
+@functools.lru_cache(maxsize=1)
+def _static_stamp() -> dict[str, Any]:
+    cpu_model, isa = _cpu_info()
+    sha, dirty = _git_state()
+    smi = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout_s=5.0) \
+        if shutil.which("nvidia-smi") else None
+    return {
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "numpy_version": np.__version__,
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model,
+        "isa_flags": list(isa),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "logical_cores": os.cpu_count() or 1,
+        "mkl_available": bool(torch.backends.mkl.is_available()),
+        "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_version": torch.version.cuda,
+        "gpu_driver": smi.splitlines()[0] if smi else None,
+        "git_sha": sha,
+        "git_dirty": dirty,
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def _device_stamp(device: str) -> dict[str, Any]:
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        name = torch.cuda.get_device_name(idx)
+        major, minor = torch.cuda.get_device_capability(idx)
+        count = torch.cuda.device_count()
+        return {"device": str(dev), "device_name": name, "gpu_compute_capability": f"{major}.{minor}",
+                "gpu_count": count, "hardware_id": _slug(name) + (f"-x{count}" if count > 1 else "")}
+    cpu_model, _ = _cpu_info()
+    return {"device": str(dev), "device_name": cpu_model, "gpu_compute_capability": None,
+            "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "hardware_id": f"{_slug(cpu_model)}-{os.cpu_count() or 1}c"}
+
+
+def environment_stamp(device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Everything needed to interpret a timing later: versions, CPU model and ISA flags (bf16/int8 speed
+    depends on them), cores vs threads (shared 2-core boxes), GPU and driver, git SHA. JSON-serialisable.
+
+    Static facts are cached (subprocess calls cost ms); thread counts are read fresh because runs change
+    them. ``hardware_id`` is a short slug usable as a folder name (GPU name, or CPU model + cores)."""
+    if str(device) == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    stamp = dict(_static_stamp())
+    stamp["isa_flags"] = list(stamp["isa_flags"])
+    stamp.update(_device_stamp(str(device)))
+    try:  # fresh: taskset / cgroups can change it between runs
+        stamp["usable_cores"] = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        stamp["usable_cores"] = os.cpu_count() or 1
+    stamp["torch_threads"] = torch.get_num_threads()
+    stamp["torch_interop_threads"] = torch.get_num_interop_threads()
+    return stamp
+
+__all__ = [
+    "environment_stamp", "git_state", "ISA_FLAGS_OF_INTEREST",
+]

@@ -1,0 +1,108 @@
+"""Statistics for honest comparisons: medians, spreads, bootstrap CIs of a median and of a ratio of medians.
+
+Why medians and a bootstrap: step times on a shared machine have heavy right tails (another process
+wakes up), so a mean is dragged by outliers and a normal-theory interval is wrong. Re-exported by
+:mod:`lab.measure`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+def _as_array(xs: Iterable[float], name: str = "samples") -> np.ndarray:
+    arr = np.asarray(list(xs) if not isinstance(xs, np.ndarray) else xs, dtype=float).ravel()
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty; need at least one sample")
+    return arr
+
+
+def median(xs: Iterable[float]) -> float:
+    """Median: robust to the stragglers a shared machine produces, unlike the mean."""
+    return float(np.median(_as_array(xs)))
+
+
+def spread(xs: Iterable[float]) -> float:
+    """Interquartile range (same units as ``xs``): the spread to quote next to a median."""
+    q1, q3 = np.percentile(_as_array(xs), [25, 75])
+    return float(q3 - q1)
+
+
+def relative_spread(xs: Iterable[float]) -> float:
+    """IQR / median: above ~0.2 the machine was too noisy to trust small speedups."""
+    arr = _as_array(xs)
+    med = float(np.median(arr))
+    return float("inf") if med == 0 else spread(arr) / abs(med)
+
+
+def _boot_stat(
+    arr: np.ndarray, stat: Callable[..., Any], n_boot: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``n_boot`` resampled statistics, vectorised in chunks of ~4M values to bound memory."""
+    n = arr.size
+    rows = max(1, 4_000_000 // n)
+    out = np.empty(n_boot)
+    for start in range(0, n_boot, rows):
+        stop = min(n_boot, start + rows)
+        sample = arr[rng.integers(0, n, size=(stop - start, n))]
+        try:
+            out[start:stop] = stat(sample, axis=1)
+        except TypeError:  # statistic without an axis argument
+            out[start:stop] = [stat(row) for row in sample]
+    return out
+
+
+def _check_ci(ci: float, n_boot: int) -> None:
+    if not 0 < ci < 1:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+
+
+def bootstrap_ci(
+    samples: Iterable[float],
+    stat: Callable[..., Any] = np.median,
+    *,
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """(estimate, lo, hi): percentile bootstrap CI of ``stat`` (default median). Seeded, so the same
+    samples always give the same interval."""
+    _check_ci(ci, n_boot)
+    arr = _as_array(samples)
+    boots = _boot_stat(arr, stat, n_boot, np.random.default_rng(seed))
+    lo, hi = np.percentile(boots, [100 * (1 - ci) / 2, 100 * (1 + ci) / 2])
+    return float(stat(arr)), float(lo), float(hi)
+
+
+def bootstrap_ratio_ci(
+    numer_samples: Iterable[float],
+    denom_samples: Iterable[float],
+    *,
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """(ratio, lo, hi) for median(numer) / median(denom), resampling both sets independently (they
+    come from different runs). Speedup = bootstrap_ratio_ci(baseline_times, variant_times)."""
+    _check_ci(ci, n_boot)
+    num = _as_array(numer_samples, "numer_samples")
+    den = _as_array(denom_samples, "denom_samples")
+    rng = np.random.default_rng(seed)
+    bn = _boot_stat(num, np.median, n_boot, rng)
+    bd = _boot_stat(den, np.median, n_boot, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = bn / bd
+        est = float(np.median(num) / np.median(den)) if np.median(den) != 0 else float("inf")
+    lo, hi = np.percentile(ratios, [100 * (1 - ci) / 2, 100 * (1 + ci) / 2])
+    return est, float(lo), float(hi)
+
+__all__ = [
+    "bootstrap_ci", "bootstrap_ratio_ci", "median", "relative_spread", "spread",
+]

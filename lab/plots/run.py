@@ -1,0 +1,91 @@
+"""Figures of single runs: where the step time went, the loss curve, and the per-technique detail figures
+that apply to a run (what the dashboard shows under a run)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import plotly.graph_objects as go
+
+from lab.plots.common import PHASE_COLORS
+from lab.result import RunResult
+
+
+def _label(result: RunResult) -> str:
+    cfg = result.config
+    return f"{result.workload}/{cfg.get('size')} seed {cfg.get('seed')} ({result.run_id[:6]})"
+
+
+def phase_breakdown(results: Sequence[RunResult], labels: Sequence[str] | None = None) -> go.Figure:
+    """Stacked horizontal bars of median step time by phase (warm-up excluded); time no phase claimed
+    shows as ``other`` so the bars add up to the real median step."""
+    labels = list(labels) if labels is not None else [_label(r) for r in results]
+    fig = go.Figure()
+    phases = ["data_wait", "forward", "backward", "optimizer", "comm"]
+    medians = [r.phase_medians_ms() for r in results]
+    for phase in phases:
+        values = [m.get(phase, 0.0) for m in medians]
+        if any(values):
+            fig.add_bar(name=phase, y=labels, x=values, orientation="h", marker_color=PHASE_COLORS[phase])
+    other = [max(0.0, m.get("total", 0.0) - sum(m.get(p, 0.0) for p in phases)) for m in medians]
+    if any(v > 1e-3 for v in other):
+        fig.add_bar(name="other", y=labels, x=other, orientation="h", marker_color=PHASE_COLORS["other"])
+    fig.update_layout(barmode="stack", title="Median step time by phase", xaxis_title="ms per step",
+                      legend_title="phase", height=160 + 40 * len(results))
+    return fig
+
+
+def loss_curves(results: Sequence[RunResult], labels: Sequence[str] | None = None) -> go.Figure:
+    """Training loss per step, one line per run."""
+    labels = list(labels) if labels is not None else [_label(r) for r in results]
+    fig = go.Figure()
+    for r, name in zip(results, labels, strict=True):
+        fig.add_scatter(y=r.losses, mode="lines", name=name)
+    fig.update_layout(title="Training loss", xaxis_title="step", yaxis_title="loss")
+    return fig
+
+
+def _loss_scale(result: RunResult) -> go.Figure | None:
+    diag = (result.details.get("precision", {}).get("phases") or {}).get("train") or {}
+    if not diag.get("loss_scale_history"):
+        return None
+    from lab.plots.precision import loss_scale_history
+
+    return loss_scale_history(diag)
+
+
+def _layer_sparsity(result: RunResult) -> go.Figure | None:
+    if not result.details.get("prune", {}).get("layers"):
+        return None
+    from lab.plots.pruning import layer_sparsity_bars
+
+    return layer_sparsity_bars(result)
+
+
+def _data_wait(result: RunResult) -> go.Figure | None:
+    if not result.step_times_ms.get("data_wait"):
+        return None
+    from lab.plots.data import wait_timeline
+
+    return wait_timeline({"data wait": result.step_times_ms})
+
+
+# name -> builder(RunResult) -> Figure | None (None: nothing to show for this run). A family with a detail
+# figure adds one entry here; the dashboard shows whatever applies.
+DETAIL_FIGURES: dict[str, Callable[[RunResult], go.Figure | None]] = {
+    "loss scale (fp16)": _loss_scale, "per-layer sparsity": _layer_sparsity, "data wait per step": _data_wait,
+}
+
+
+def technique_figures(result: RunResult) -> dict[str, go.Figure]:
+    """The per-technique detail figures that apply to ``result`` (a failing builder is skipped, not fatal:
+    a detail view must never hide the ablation table)."""
+    out = {}
+    for name, build in DETAIL_FIGURES.items():
+        try:
+            fig = build(result)
+        except (KeyError, TypeError, ValueError):
+            fig = None
+        if fig is not None:
+            out[name] = fig
+    return out

@@ -1,0 +1,130 @@
+"""Pruning: masks through ``torch.nn.utils.prune`` (:mod:`.masks`), physical channel removal with Torch-Pruning
+(:mod:`.channels`), the cubic gradual schedule (:mod:`.schedule`), and theory beside measured speed
+(:mod:`.report`: parameters, non-zeros, bytes, MACs, interleaved latency, "why" tags).
+
+Why report MACs *and* measured time: a mask skips no work on a dense kernel, so unstructured sparsity gives
+~1.0x speed however many zeros it holds; only removing channels makes the layers smaller, and even that
+gains less than the MACs ratio on small layers.
+
+The family's door (see :mod:`lab.context`): ``before_training`` validates the layer selection (and for
+``gradual`` installs identity masks and the schedule hook); ``after_training`` prunes (or finishes the ramp),
+fine-tunes at ``lr * finetune_lr_factor`` through ``ctx.fit``, bakes the masks in and records
+``result.details["prune"]``. A workload whose model is not traced as one graph says so through its
+``Workload.prune_scopes`` hook. Notebook: ``notebooks/03_pruning.ipynb``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils import prune as tprune
+
+from lab import measure
+from lab.config import PruneConfig, RunConfig
+from lab.context import TrainContext
+from lab.loop import StepHook
+from lab.pruning import channels, masks, schedule
+from lab.pruning import report as report_
+from lab.pruning.channels import *  # noqa: F403 - the names in its __all__
+from lab.pruning.channels import ScopesFn, channel_prunable_layers
+from lab.pruning.masks import *  # noqa: F403 - the names in its __all__
+from lab.pruning.masks import Target, make_permanent, prunable_weights, prune, set_sparsity
+from lab.pruning.report import *  # noqa: F403 - the names in its __all__
+from lab.pruning.report import record
+from lab.pruning.schedule import *  # noqa: F403 - the names in its __all__
+from lab.pruning.schedule import GradualPruner
+from lab.result import RunResult
+
+__all__ = [*channels.__all__, *masks.__all__, *report_.__all__, *schedule.__all__,
+           "after_training", "before_training", "check", "report"]
+
+
+
+
+def check(cfg: RunConfig) -> None:
+    """Nothing to refuse before the model exists: the layer names are checked in :func:`before_training`."""
+
+
+def _batch(tensors: tuple[torch.Tensor, ...], n: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    return tuple(t[:n].to(device) for t in tensors[:-1])
+
+
+def _check_model(model: nn.Module, pcfg: PruneConfig, scopes: ScopesFn | None) -> list[Target] | None:
+    """Validate the layer selection before any training happens (errors must come early)."""
+    if pcfg.method == "structured_channels":
+        channel_prunable_layers(model, pcfg.layers, scopes)
+        return None
+    return prunable_weights(model, pcfg.layers)
+
+
+def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+    """Validate the selection; for ``gradual``, put identity masks on the targets (so the optimizer holds
+    ``weight_orig`` from step 0) and return the cubic-schedule step hook."""
+    pcfg = ctx.cfg.prune
+    if not pcfg.enabled:
+        return model, []
+    targets = _check_model(model, pcfg, ctx.workload.prune_scopes)
+    if pcfg.schedule != "gradual" or targets is None:
+        return model, []
+    for _, m, w in targets:
+        tprune.identity(m, w)
+    total = ctx.resolved.epochs * len(ctx.make_loader())
+    if ctx.cfg.max_steps is not None:
+        total = min(total, ctx.cfg.max_steps)
+    hook = GradualPruner(pcfg, total, targets)
+    ctx.state["prune.schedule"] = hook  # after_training finishes the ramp
+    return model, [hook]
+
+
+def _copy(model: nn.Module, example: tuple) -> nn.Module:
+    """deepcopy that also works mid-training: a masked module's ``weight`` is a non-leaf tensor from the
+    last training forward, which deepcopy refuses; one no-grad eval forward recomputes it as a plain one."""
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        model(*example)
+    model.train(was)
+    return copy.deepcopy(model)
+
+
+def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
+    """One-shot prune (or finish the gradual ramp), fine-tune through ``ctx.fit``, bake the masks in, and
+    record the figures in ``result.details["prune"]`` with "why" tags where speed falls short of theory."""
+    pcfg, device = ctx.cfg.prune, ctx.device
+    if not pcfg.enabled:
+        return model
+    example = _batch(ctx.data.train, ctx.resolved.batch_size, device)
+    dense = make_permanent(_copy(model, example))
+    metric_name = ctx.workload.metric_name
+    info: dict[str, Any] = {"method": pcfg.method, "amount": pcfg.amount, "schedule": pcfg.schedule}
+    hook = ctx.state.pop("prune.schedule", None)
+    if hook is not None:
+        set_sparsity(model, pcfg, pcfg.amount, hook.targets)  # land exactly on the target
+        info["schedule_history"] = [list(h) for h in hook.history]
+    else:
+        info["metric_dense"] = ctx.evaluate(model)[metric_name]
+        prune(model, pcfg, example_inputs=example, scopes=ctx.workload.prune_scopes)
+    info["metric_pruned"] = ctx.evaluate(model)[metric_name]
+    if pcfg.finetune_epochs:
+        stats = ctx.fit(model, epochs=pcfg.finetune_epochs, lr=ctx.resolved.lr * pcfg.finetune_lr_factor,
+                        phase="finetune")
+        info["finetune"] = {"epochs": pcfg.finetune_epochs, "steps": stats.steps, "time_s": stats.time_s,
+                            "lr": ctx.resolved.lr * pcfg.finetune_lr_factor,
+                            "median_step_ms": measure.median(stats.step_times_ms["total"][ctx.cfg.warmup_steps:]
+                                                             or stats.step_times_ms["total"]),
+                            "losses": stats.losses}
+        info["metric_finetuned"] = ctx.evaluate(model)[metric_name]
+    make_permanent(model)
+    record(ctx, dense, model, example, info)
+    return model
+
+
+def report(result: RunResult) -> dict[str, Any]:
+    """Sparsity, the MACs ratio theory promises and the inference speedup measured."""
+    rec = result.details.get("prune", {})
+    return {"method": rec.get("method", "none"), "amount": rec.get("amount", 0.0),
+            "sparsity_prunable": rec.get("sparsity_prunable"), "macs_ratio": rec.get("macs_ratio"),
+            "inference_speedup": (rec.get("inference") or {}).get("speedup")}

@@ -1,0 +1,143 @@
+"""Physical structured pruning: remove whole output channels / neurons and rebuild smaller dense layers.
+
+Why physical: a mask of zeros leaves a dense kernel doing the same work, so only a layer that is really
+narrower runs faster. Removing output channel ``c`` of one layer means removing input channel ``c`` of
+every layer that reads it, its BatchNorm entries, and, across a ResNet's residual adds, the same channel
+of every tensor summed with it. That dependency tracking is what Torch-Pruning (``torch_pruning``, Fang
+et al., CVPR 2023) does by tracing the model, so the lab uses it instead of re-deriving the graph.
+
+What is structurally prunable in the lab's workloads (the output layer is never pruned: its width is the
+number of classes):
+
+- ``vision`` (ResNet): every Conv2d (stem, block convs, shortcut convs), BN and residual groups kept
+  consistent by Torch-Pruning; the final ``fc`` only loses input columns.
+- ``ctr`` (DLRM): the hidden Linear layers of the bottom and top MLPs. The bottom MLP's last layer must
+  keep ``embed_dim`` outputs (they meet the embeddings in the pairwise ``bmm``), and the ``EmbeddingBag``
+  tables are not channel-prunable, so each MLP is pruned as its own sub-graph: the workload says so through
+  its ``Workload.prune_scopes`` hook, passed here as ``scopes`` (this module knows no workload class).
+- ``sequence`` (LSTM): nothing. Removing hidden units of ``nn.LSTM`` means slicing four gate blocks in
+  ``weight_ih``/``weight_hh``/biases consistently; the lab excludes it rather than hand-roll that, and the
+  only Linear left is the output head, so structured pruning of this model is refused with a clear error.
+
+Notebook: ``notebooks/03_pruning.ipynb``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+#: ``fn(model) -> [(prefix, sub-module, layers whose output width is fixed)]``: ``Workload.prune_scopes``.
+ScopesFn = Callable[[nn.Module], list[tuple[str, nn.Module, list[nn.Module]]]]
+
+#: Layers whose output channels can be removed.
+CHANNEL_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
+#: Layers never structurally pruned here (see the module docstring).
+EXCLUDED_TYPES: tuple[type[nn.Module], ...] = (nn.RNNBase, nn.Embedding, nn.EmbeddingBag)
+
+
+def _matches(name: str, module: nn.Module, patterns: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") or type(module).__name__ == p for p in patterns)
+
+
+def _output_layer(model: nn.Module) -> nn.Module | None:
+    """The last channel layer in definition order: the classifier / logit head, whose width is fixed."""
+    last = None
+    for m in model.modules():
+        if isinstance(m, CHANNEL_TYPES):
+            last = m
+    return last
+
+
+def structural_scopes(model: nn.Module, scopes: ScopesFn | None = None) -> list[tuple[str, nn.Module, list[nn.Module]]]:
+    """``(prefix, sub-graph, layers whose outputs must keep their width)`` for each part of ``model`` that
+    is pruned as one traced graph: what ``scopes`` (the workload's ``prune_scopes`` hook) says, else the
+    whole model without its output layer (and with its RNNs and embeddings left alone)."""
+    if scopes is not None:
+        return scopes(model)
+    fixed = [_output_layer(model)] + [m for m in model.modules() if isinstance(m, EXCLUDED_TYPES)]
+    return [("", model, [m for m in fixed if m is not None])]
+
+
+def channel_prunable_layers(model: nn.Module, layers: tuple[str, ...] = (),
+                            scopes: ScopesFn | None = None) -> dict[str, nn.Module]:
+    """Qualified names of the layers whose output channels ``structured_channels`` would remove, filtered
+    by ``layers`` (names or type names; ``()`` = all). Raises ValueError for a pattern that matches
+    nothing or only layers that cannot be channel-pruned, and when nothing is left to prune."""
+    out: dict[str, nn.Module] = {}
+    for prefix, scope, fixed in structural_scopes(model, scopes):
+        fixed_ids = {id(m) for m in fixed}
+        for name, m in scope.named_modules():
+            qual = f"{prefix}.{name}" if prefix and name else (prefix or name)
+            if isinstance(m, CHANNEL_TYPES) and id(m) not in fixed_ids:
+                out[qual] = m
+    all_names = dict(model.named_modules())
+    for p in layers:
+        hits = {n: m for n, m in all_names.items() if n and _matches(n, m, (p,))}
+        if not hits:
+            raise ValueError(f"prune.layers entry {p!r} matches no module; modules: "
+                             + ", ".join(n for n in all_names if n)[:400])
+        if not any(n in out for n in hits) and not any(
+                any(k == n or k.startswith(n + ".") for k in out) for n in hits):
+            kinds = sorted({type(m).__name__ for m in hits.values()})
+            raise ValueError(f"prune.layers entry {p!r} ({', '.join(kinds)}) is not structurally prunable: "
+                             "structured_channels removes output channels of Conv2d/Linear layers other than "
+                             "the output layer; LSTM, embeddings and the output layer are excluded")
+    if layers:
+        out = {n: m for n, m in out.items() if _matches(n, m, layers)}
+    if not out:
+        raise ValueError(f"structured_channels: {type(model).__name__} has no structurally prunable layer "
+                         "(only Conv2d/Linear layers before the output layer qualify; LSTM and embeddings "
+                         "are excluded)")
+    return out
+
+
+def _scope_inputs(model: nn.Module, scopes: list[nn.Module], example_inputs: tuple) -> dict[int, tuple]:
+    """The positional inputs each scope receives when ``model`` runs ``example_inputs``."""
+    seen: dict[int, tuple] = {}
+    handles = [s.register_forward_pre_hook(lambda mod, args: seen.setdefault(id(mod), args)) for s in scopes]
+    try:
+        with torch.no_grad():
+            model(*example_inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+def prune_channels(model: nn.Module, amount: float, *, example_inputs: tuple, norm: int = 1,
+                   layers: tuple[str, ...] = (), scopes: ScopesFn | None = None) -> dict[str, Any]:
+    """Remove ``amount`` of the output channels of each prunable layer (ranked by the L``norm`` norm of
+    the channel's whole dependency group) in place; returns ``{layer: [channels before, after]}``."""
+    import torch_pruning as tp  # heavy import, only when structured pruning is used
+
+    if not 0.0 <= amount < 1.0:
+        raise ValueError(f"prune.amount={amount!r} is invalid: structured pruning needs 0 <= amount < 1")
+    targets = channel_prunable_layers(model, layers, scopes)
+    target_ids = {id(m) for m in targets.values()}
+    before = {n: int(m.weight.shape[0]) for n, m in targets.items()}
+    if amount == 0.0:
+        return {n: [c, c] for n, c in before.items()}
+    was_training = model.training
+    model.eval()
+    parts = structural_scopes(model, scopes)
+    inputs = _scope_inputs(model, [s for _, s, _ in parts], example_inputs)
+    for _, scope, _fixed in parts:
+        roots = [m for m in scope.modules() if isinstance(m, CHANNEL_TYPES)]
+        if not any(id(m) in target_ids for m in roots):
+            continue
+        ignored = [m for m in roots if id(m) not in target_ids]
+        ignored += [m for m in scope.modules() if isinstance(m, EXCLUDED_TYPES)]
+        pruner = tp.pruner.MetaPruner(scope, inputs[id(scope)], importance=tp.importance.MagnitudeImportance(p=norm),
+                                      pruning_ratio=amount, ignored_layers=ignored,
+                                      root_module_types=[nn.Conv2d, nn.Linear])
+        pruner.step()
+    model.train(was_training)
+    return {n: [before[n], int(m.weight.shape[0])] for n, m in targets.items()}
+
+__all__ = [
+    "channel_prunable_layers", "prune_channels", "ScopesFn", "structural_scopes",
+]

@@ -1,0 +1,97 @@
+"""What a pruned run records: theory (parameters, non-zeros, bytes, MACs) beside measured speed.
+
+Why both, side by side: "50 % of the weights removed" is a statement about storage. Speed depends on
+whether the kernels skip the work: masks on dense kernels do not (expect ~1.0x), narrower layers do but
+lose to fixed per-layer costs (dispatch, BatchNorm, activations, memory traffic) when the layers are
+small. Each shortfall gets a "why" tag in ``result.why`` (DESIGN.md §5 rule 5).
+Notebook: ``notebooks/03_pruning.ipynb``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from lab import measure
+from lab.config import RunConfig
+from lab.context import TrainContext, prepare
+from lab.pruning.masks import SHORTFALL, UNSTRUCTURED, layer_report, sensitivity_scan, sparse_size_bytes
+
+WHY_MASKS = "masks do not skip work on dense kernels"
+WHY_SMALL = ("layers too small to be compute-bound: fixed per-layer costs and non-MAC work (dispatch, BatchNorm, "
+             "activations, embedding lookups, memory traffic) do not shrink with channels")
+
+
+def speed_why(method: str, macs_ratio: float, speedup: float) -> str | None:
+    """The "why" tag for a measured ``speedup`` below ``SHORTFALL`` x the theoretical ``macs_ratio``
+    (None when it holds or theory promises nothing)."""
+    if macs_ratio <= 1.05 or speedup >= SHORTFALL * macs_ratio:
+        return None
+    base = WHY_MASKS if method in UNSTRUCTURED else WHY_SMALL
+    return f"{base} ({macs_ratio:.2f}x fewer MACs, {speedup:.2f}x measured)"
+
+
+def record(ctx: TrainContext, dense: nn.Module, model: nn.Module, example: tuple, info: dict[str, Any]) -> None:
+    """Fill ``ctx.result.details["prune"]`` (and ``why``) comparing ``dense`` (the trained, unpruned
+    architecture) with the final ``model``; ``example`` is one training batch on the run's device."""
+    cfg, res, device = ctx.cfg, ctx.result, ctx.device
+    n_example = len(example[0])
+    layers = layer_report(model, example)
+    dense_macs = measure.count_macs(dense, example) / n_example
+    macs = measure.count_macs(model, example) / n_example
+    skipped = sum(r["macs"] - r["macs_if_skipped"] for r in layers.values()) / n_example
+    effective = max(macs - skipped, 1.0)
+    info.update({
+        "layers": layers,
+        "params_dense": measure.count_params(dense),
+        "params": measure.count_params(model),
+        "nonzero_params": measure.count_nonzero_params(model),
+        "bytes_dense": measure.serialized_size_bytes(dense),
+        "bytes": measure.serialized_size_bytes(model),
+        "bytes_sparse_format": sparse_size_bytes(model),
+        "macs_per_sample_dense": dense_macs,
+        "macs_per_sample": macs,
+        "macs_per_sample_if_zeros_skipped": effective,
+        "macs_ratio": dense_macs / effective,
+    })
+    total = sum(r["params"] for r in layers.values())
+    info["sparsity_prunable"] = 1 - sum(r["nonzero"] for r in layers.values()) / max(total, 1)
+    ft = info.get("finetune")
+    train_ms = res.median_step_ms
+    if ft and train_ms:
+        info["train_step_speedup"] = train_ms / ft["median_step_ms"]
+        info["train_step_note"] = "main-training vs fine-tune median step; not interleaved"
+    if cfg.latency_repeats:
+        n = min(cfg.eval_batch_size, len(ctx.data.test[0]))
+        batch = tuple(t[:n] for t in ctx.data.test[:-1])
+        repeats = max(5, cfg.latency_repeats // 2)
+        lat = measure.inference_latency_ms({"dense": dense, "pruned": model},
+                                           tuple(t.to(device) for t in batch), repeats=repeats, warmup=2)
+        a, b = lat["dense"], lat["pruned"]
+        ratio, lo, hi = measure.bootstrap_ratio_ci(a, b)
+        info["inference"] = {"batch": n, "dense_ms": a, "pruned_ms": b, "speedup": ratio, "ci95": [lo, hi],
+                             "threads": torch.get_num_threads()}
+        why = speed_why(cfg.prune.method, info["macs_ratio"], ratio)
+        if why:
+            res.why.append(why)
+    res.details["prune"] = info
+
+
+def trained_sensitivity(cfg: RunConfig, amounts: tuple[float, ...] = (0.5, 0.8, 0.95),
+                        layers: tuple[str, ...] = ()) -> tuple[list[dict[str, Any]], float]:
+    """Train ``cfg``'s dense model once (the run's own ``ctx.fit``, no pruning) and scan each layer's
+    sensitivity on the test split: ``(rows of sensitivity_scan, dense metric)``. Choosing per-layer amounts
+    from this is how a sparsity budget is spent where it hurts least."""
+    with prepare(cfg) as ctx:
+        metric = ctx.workload.metric_name
+        model = ctx.new_model()
+        ctx.fit(model, epochs=ctx.resolved.epochs, lr=ctx.resolved.lr, max_steps=cfg.max_steps)
+        dense = ctx.evaluate(model)[metric]
+        rows = sensitivity_scan(model, lambda m: ctx.evaluate(m)[metric], amounts, layers)
+    return rows, dense
+
+__all__ = [
+    "record", "speed_why", "trained_sensitivity", "WHY_MASKS", "WHY_SMALL",
+]

@@ -1,0 +1,76 @@
+"""Int8 quantization: dynamic, static (calibrated) and quantization-aware training (:mod:`.int8`), with a swap
+guard that refuses a no-op, and float-vs-int8 measured the lab's way (:mod:`.report`: size, interleaved
+latency with CIs, accuracy delta against its noise floor, output error, MACs, the training cost of QAT).
+
+The family's door (see :mod:`lab.context`): ``check`` refuses what int8 here cannot run (CUDA, fp16/bf16
+autocast) before any work; ``after_training`` quantizes the trained model (QAT fine-tunes through
+``ctx.fit`` first) and records ``result.details["quant"]``. Notebook: ``notebooks/04_quantization.ipynb``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from lab.config import RunConfig
+from lab.context import TrainContext
+from lab.loop import StepHook
+from lab.quant import int8
+from lab.quant import report as report_
+from lab.quant.int8 import *  # noqa: F403 - the names in its __all__
+from lab.quant.int8 import check_supported, quantize_with_report
+from lab.quant.report import *  # noqa: F403 - the names in its __all__
+from lab.quant.report import measure_against_float
+from lab.result import RunResult
+
+__all__ = [*int8.__all__, *report_.__all__,
+           "after_training", "before_training", "check", "report"]
+
+
+
+
+def check(cfg: RunConfig) -> None:
+    """Refuse int8 combinations this machine cannot run, before any training."""
+    if cfg.quant.enabled:
+        check_supported(cfg)
+
+
+def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+    """No-op: QAT here trains float first, then fine-tunes with fake-quant in :func:`after_training`
+    (fake-quant from step 0 slows every step and learns ranges of a network that is still changing)."""
+    return model, []
+
+
+def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
+    """Quantize the trained model and record float-vs-int8 size, latency, accuracy and error."""
+    qc = ctx.cfg.quant
+    if not qc.enabled:
+        return model
+    qat_stats: dict[str, Any] = {}
+
+    def finetune(prepared: nn.Module) -> None:
+        stats = ctx.fit(prepared.to(ctx.device), epochs=qc.qat_epochs, lr=ctx.resolved.lr * qc.qat_lr_factor,
+                        phase="qat")
+        qat_stats.update(steps=stats.steps, time_s=stats.time_s, step_ms=stats.step_times_ms["total"])
+
+    q, info = quantize_with_report(model, qc, ctx.make_loader(), finetune=finetune if qc.method == "qat" else None,
+                                   example_inputs=tuple(t[:2] for t in ctx.data.train[:-1]))
+    info["backend_engine"] = torch.backends.quantized.engine
+    info["isa_flags"] = ctx.result.env.get("isa_flags", [])
+    info["cpu"] = ctx.result.env.get("cpu_model")
+    info["cpu_capability"] = ctx.result.env.get("cpu_capability")
+    measure_against_float(ctx, model, q, info, qat_stats)
+    ctx.result.details["quant"] = info
+    return q
+
+
+def report(result: RunResult) -> dict[str, Any]:
+    """Method, size ratio and the batch-N inference speedup against the float model."""
+    rec = result.details.get("quant", {})
+    lat = rec.get("latency") or {}
+    big = max(lat, key=lambda k: int(k.split("_")[-1]), default=None)
+    return {"method": rec.get("method", "none"), "size_ratio": rec.get("size_ratio"),
+            "inference_speedup": lat[big]["ratio"] if big else None,
+            "kept_float": (rec.get("swap") or {}).get("kept_float", [])}

@@ -1,0 +1,316 @@
+"""Int8 quantization: dynamic, static (calibrated) and quantization-aware training, with a swap guard.
+
+Why torch.ao and not torchao: on our pinned torch (2.13, CPU) the deprecated ``torch.ao.quantization`` is
+the API whose int8 kernels (fbgemm / x86 / qnnpack) actually run faster than fp32 on a CPU; torchao's
+``quantize_`` runs *slower* than fp32 on CPU here and PT2E needs ``torch.compile`` to pay off. So one
+interface, :func:`quantize`, uses ``quantize_dynamic`` for ``dynamic`` and FX graph mode for ``static``
+and ``qat`` (our ResNet adds residuals with a plain ``+`` and uses in-place ReLU, which eager static
+quantization cannot handle without rewriting the model around ``FloatFunctional``). The choice and its
+reason land in ``result.details["quant"]["api"]``. int8 here is CPU-only; a torchao GPU weight-only path
+is left to a later issue.
+
+The swap guard: quantization APIs skip modules they do not support *silently* (dynamic int8 of
+``nn.LSTM`` has been seen to change nothing on some torch versions), so after every call we list which
+of the modules asked for were replaced by quantized ones and which stayed float, and raise
+:class:`QuantizationNoOpError` if none were. A no-op must never be reported as int8.
+
+Taught in ``notebooks/04_quantization``; measured in ``benchmarks/quantization.py``; the run's door is
+:mod:`lab.quant`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from lab.config import QuantConfig, RunConfig
+from lab.context import resolve_device
+
+#: Module types each method is asked to quantize (static/QAT also quantize the ops between them).
+TARGETS: dict[str, tuple[type[nn.Module], ...]] = {
+    "dynamic": (nn.Linear, nn.LSTM, nn.EmbeddingBag, nn.Embedding),
+    "static": (nn.Linear, nn.Conv2d, nn.EmbeddingBag, nn.Embedding),
+    "qat": (nn.Linear, nn.Conv2d, nn.EmbeddingBag, nn.Embedding),
+}
+_FLOAT_WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.LSTM, nn.GRU, nn.EmbeddingBag, nn.Embedding)
+#: Embeddings narrower than this stay float: int8 rows carry a float scale and zero point each (8 bytes),
+#: so a 1-wide table (DLRM's wide part) would grow from 4 to 9 bytes per row.
+MIN_EMBEDDING_DIM = 8
+API = {
+    "dynamic": "torch.ao.quantization.quantize_dynamic",
+    "static": "torch.ao.quantization.quantize_fx (prepare_fx / calibrate / convert_fx)",
+    "qat": "torch.ao.quantization.quantize_fx (prepare_qat_fx / fine-tune / convert_fx)",
+}
+API_REASON = ("torch.ao int8 kernels are the ones that beat fp32 on CPU with torch 2.13 (torchao quantize_ is "
+              "slower than fp32 on CPU; PT2E needs torch.compile); FX graph mode handles the ResNet's plain `+` "
+              "residuals and in-place ReLU without rewriting the model")
+
+
+class QuantizationNoOpError(RuntimeError):
+    """Nothing that was asked for was actually quantized: refuse to report a float model as int8."""
+
+
+# ------------------------------------------------------------------------------------------ warnings
+
+
+@contextlib.contextmanager
+def ao_warnings_filtered() -> Iterator[None]:
+    """The one place torch.ao's warnings are silenced, and only around our own calls.
+
+    torch 2.13 deprecates ``torch.ao.quantization`` (in favour of torchao) and repeats the warning on
+    every call; we use it on purpose (see the module docstring), so that exact message is filtered here,
+    never globally. The observer's "use quant_min and quant_max" notice is about ``reduce_range``, which
+    we set on purpose too (7-bit activations avoid int16 overflow in fbgemm/x86 kernels on CPUs without
+    VNNI)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated",
+                                category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r"Please use quant_min and quant_max", category=UserWarning)
+        # Same deprecation, raised from C++ as a UserWarning when int8 weights are created.
+        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor, torch\.quantize_per_channel",
+                                category=UserWarning)
+        yield
+
+
+# ------------------------------------------------------------------------------- affine, by the book
+
+
+def affine_qparams(x: torch.Tensor, *, qmin: int = 0, qmax: int = 255) -> tuple[float, int]:
+    """Scale and zero point mapping ``[min(x, 0), max(x, 0)]`` onto ``[qmin, qmax]`` (asymmetric, per
+    tensor). The range always contains 0 so that 0.0 (padding, ReLU output) is exactly representable."""
+    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+    scale = (hi - lo) / (qmax - qmin) if hi > lo else 1.0
+    zero_point = int(min(max(qmin - round(lo / scale), qmin), qmax))
+    return scale, zero_point
+
+
+def affine_quantize(x: torch.Tensor, scale: float, zero_point: int, *, qmin: int = 0,
+                    qmax: int = 255) -> torch.Tensor:
+    """``clamp(round(x / scale) + zero_point)`` as int32 codes (round half to even, like torch)."""
+    return torch.clamp(torch.round(x / scale) + zero_point, qmin, qmax).to(torch.int32)
+
+
+def affine_dequantize(q: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    """``(q - zero_point) * scale``: the round trip error is at most ``scale / 2`` inside the range."""
+    return (q.to(torch.float32) - zero_point) * scale
+
+
+# --------------------------------------------------------------------------------------- config checks
+
+
+def check_supported(cfg: RunConfig) -> None:
+    """Refuse, before any training, what int8 here cannot do: CUDA runs and reduced-precision autocast."""
+    qc = cfg.quant
+    if qc.enabled and resolve_device(cfg.device).type != "cpu":
+        raise ValueError(f"quant.method={qc.method!r} is invalid with device={cfg.device!r}: torch.ao int8 kernels "
+                         "run on CPU only; use device='cpu' (a torchao GPU weight-only path is a later issue)")
+    if qc.enabled and cfg.precision.dtype != "fp32":
+        raise ValueError(f"quant.method={qc.method!r} is invalid with precision.dtype={cfg.precision.dtype!r}: "
+                         "int8 calibrates and converts an fp32 model (fp16/bf16 autocast would feed the int8 "
+                         "kernels reduced-precision activations); use precision.dtype='fp32'")
+
+
+def resolve_engine(backend: str) -> str:
+    """``auto`` -> ``x86`` where torch supports it (fbgemm + onednn heuristics), else ``qnnpack`` (ARM)."""
+    engines = torch.backends.quantized.supported_engines
+    engine = ("x86" if "x86" in engines else "qnnpack") if backend == "auto" else backend
+    if engine not in engines:
+        raise ValueError(f"quant.backend={backend!r} is invalid: this torch supports {', '.join(engines)}")
+    return engine
+
+
+# ------------------------------------------------------------------------------------------- qconfigs
+
+
+def make_qconfig(qc: QuantConfig, engine: str) -> Any:
+    """The QConfig for ``qc``: activations with the chosen observer (or moving-average fake-quant for QAT),
+    weights int8 symmetric, per channel or per tensor. ``reduce_range`` follows torch's own defaults."""
+    from torch.ao import quantization as tq
+
+    reduce_range = engine in ("x86", "fbgemm")
+    act_max = 127 if reduce_range else 255
+    if qc.per_channel:
+        w_obs, w_scheme = tq.MovingAveragePerChannelMinMaxObserver, torch.per_channel_symmetric
+        w_obs_ptq = tq.PerChannelMinMaxObserver
+    else:
+        w_obs, w_scheme = tq.MovingAverageMinMaxObserver, torch.per_tensor_symmetric
+        w_obs_ptq = tq.MinMaxObserver
+    if qc.method == "qat":
+        act = tq.FakeQuantize.with_args(observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=act_max,
+                                        dtype=torch.quint8, qscheme=torch.per_tensor_affine)
+        weight = tq.FakeQuantize.with_args(observer=w_obs, quant_min=-128, quant_max=127, dtype=torch.qint8,
+                                           qscheme=w_scheme)
+        return tq.QConfig(activation=act, weight=weight)
+    observers = {"histogram": tq.HistogramObserver, "minmax": tq.MinMaxObserver,
+                 "moving_average": tq.MovingAverageMinMaxObserver}
+    act = observers[qc.observer].with_args(dtype=torch.quint8, quant_min=0, quant_max=act_max)
+    weight = w_obs_ptq.with_args(dtype=torch.qint8, qscheme=w_scheme)
+    return tq.QConfig(activation=act, weight=weight)
+
+
+def narrow_embeddings(model: nn.Module) -> list[str]:
+    """Names of embedding tables too narrow for int8 to save bytes (see ``MIN_EMBEDDING_DIM``)."""
+    return [n for n, m in model.named_modules()
+            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.embedding_dim < MIN_EMBEDDING_DIM]
+
+
+def _qconfig_mapping(qc: QuantConfig, engine: str, example_inputs: tuple, skip: list[str]) -> tuple[Any, str]:
+    """Global mapping (ops between layers run int8 too) unless the model takes integer inputs (ids for
+    embeddings): then only layer types are quantized, because the global mapping would put an observer
+    on the id tensor (``histc`` has no integer kernel) and quantize integer index arithmetic."""
+    from torch.ao import quantization as tq
+
+    qconfig = make_qconfig(qc, engine)
+    weight_only = tq.float_qparams_weight_only_qconfig
+    if all(torch.is_floating_point(t) for t in example_inputs):
+        mapping = tq.QConfigMapping().set_global(qconfig)
+        kind = "global"
+    else:
+        mapping = tq.QConfigMapping()
+        for layer in (nn.Linear, nn.Conv2d, nn.ReLU, nn.BatchNorm1d, nn.BatchNorm2d):  # fused patterns agree
+            mapping.set_object_type(layer, qconfig)
+        kind = "layer types only (integer inputs)"
+    mapping.set_object_type(nn.EmbeddingBag, weight_only).set_object_type(nn.Embedding, weight_only)
+    for name in skip:
+        mapping.set_module_name(name, None)
+    return mapping, kind
+
+
+# ------------------------------------------------------------------------------------------- swap guard
+
+
+def _is_quantized_module(module: nn.Module) -> bool:
+    path = type(module).__module__
+    return ".quantized" in path and "PackedParam" not in type(module).__name__
+
+
+def swap_report(float_model: nn.Module, quantized: nn.Module, method: str) -> dict[str, Any]:
+    """Which modules the method was asked to quantize, which were replaced, which stayed float.
+
+    Names are matched by path; BatchNorms folded into convolutions disappear and are not asked for.
+    ``kept_float`` also lists weight layers the method does not handle (an LSTM under static int8)."""
+    asked = {n: type(m).__name__ for n, m in float_model.named_modules() if isinstance(m, TARGETS[method])}
+    swapped = {n: type(m).__name__ for n, m in quantized.named_modules() if _is_quantized_module(m)}
+    still_float = {n for n, m in quantized.named_modules() if type(m) in _FLOAT_WEIGHT_LAYERS}
+    kept = sorted({n for n in asked if n not in swapped} | still_float)
+    return {"asked": asked, "swapped": swapped, "kept_float": kept,
+            "n_asked": len(asked), "n_swapped": len([n for n in asked if n in swapped])}
+
+
+def check_swapped(report: dict[str, Any], method: str) -> None:
+    """Raise unless at least one module that was asked for is now quantized."""
+    if report["n_asked"] == 0:
+        raise ValueError(f"quant.method={method!r}: the model has no module of the types this method quantizes "
+                         f"({', '.join(t.__name__ for t in TARGETS[method])})")
+    if report["n_swapped"] == 0:
+        raise QuantizationNoOpError(
+            f"quant.method={method!r} changed nothing: none of {sorted(report['asked'])} was replaced by an int8 "
+            "module (the library skipped them silently); refusing to report a float model as int8")
+
+
+# ------------------------------------------------------------------------------------------- quantize
+
+
+def _as_quant_config(cfg: QuantConfig | RunConfig) -> QuantConfig:
+    qc = cfg.quant if isinstance(cfg, RunConfig) else cfg
+    if not isinstance(qc, QuantConfig):
+        raise ValueError(f"cfg={cfg!r} is invalid: must be a QuantConfig or a RunConfig")
+    if not qc.enabled:
+        raise ValueError("quant.method='none' is invalid for quantize(): allowed: dynamic, static, qat")
+    return qc
+
+
+def calibration_batches(loader: Iterable | None, n_batches: int) -> list[tuple[torch.Tensor, ...]]:
+    """The first ``n_batches`` input tuples (``batch[:-1]``, on CPU) of ``loader``; a clear error when
+    there are none, because an uncalibrated observer would silently give garbage scales."""
+    if loader is None:
+        raise ValueError("quant.method='static' needs calibration data: pass calibration_loader (batches whose "
+                         "last element is the target), like TFLite's representative_dataset")
+    out = []
+    for batch in loader:
+        if len(out) >= n_batches:
+            break
+        out.append(tuple(t.cpu() for t in batch[:-1]))
+    if not out:
+        raise ValueError("calibration_loader yielded no batches: static quantization needs at least one batch "
+                         "to set activation ranges")
+    return out
+
+
+def quantize(model: nn.Module, cfg: QuantConfig | RunConfig, calibration_loader: Iterable | None = None, *,
+             finetune: Callable[[nn.Module], Any] | None = None, example_inputs: tuple | None = None
+             ) -> nn.Module:
+    """An int8 copy of ``model`` (CPU, eval mode); ``model`` itself is left untouched.
+
+    ``dynamic``: weights int8 ahead of time, activations quantized on the fly (no calibration).
+    ``static``: activation ranges calibrated on ``cfg.calibration_batches`` batches of ``calibration_loader``.
+    ``qat``: fake-quant inserted, ``finetune(prepared_model)`` trains it (the lab passes ``ctx.fit``), then
+    converted; ``example_inputs`` (or the loader's first batch) traces the model.
+    Raises :class:`QuantizationNoOpError` when nothing asked for was quantized.
+    """
+    return quantize_with_report(model, cfg, calibration_loader, finetune=finetune,
+                                example_inputs=example_inputs)[0]
+
+
+def quantize_with_report(model: nn.Module, cfg: QuantConfig | RunConfig, calibration_loader: Iterable | None = None,
+                         *, finetune: Callable[[nn.Module], Any] | None = None, example_inputs: tuple | None = None
+                         ) -> tuple[nn.Module, dict[str, Any]]:
+    """:func:`quantize` plus what was done: engine, API and reason, qconfig mapping, swap report."""
+    from torch.ao import quantization as tq
+    from torch.ao.quantization import quantize_fx
+
+    qc = _as_quant_config(cfg)
+    engine = resolve_engine(qc.backend)
+    # The engine is process-global in torch, and packed int8 weights must run under the engine that packed
+    # them, so it is set here and left set (recorded in the report).
+    torch.backends.quantized.engine = engine
+    float_model = copy.deepcopy(model).cpu().eval()
+    info: dict[str, Any] = {"method": qc.method, "engine": engine, "api": API[qc.method], "api_reason": API_REASON,
+                            "observer": qc.observer if qc.method == "static" else
+                            ("moving_average fake-quant" if qc.method == "qat" else "none (dynamic)"),
+                            "per_channel": qc.per_channel}
+    skip = narrow_embeddings(float_model)
+    if skip:
+        info["kept_float_on_purpose"] = {n: f"embedding_dim < {MIN_EMBEDDING_DIM}: int8 rows + qparams would be "
+                                            "larger than fp32" for n in skip}
+    with ao_warnings_filtered():
+        if qc.method == "dynamic":
+            spec = {nn.Linear: tq.default_dynamic_qconfig, nn.LSTM: tq.default_dynamic_qconfig,
+                    nn.EmbeddingBag: tq.float_qparams_weight_only_qconfig,
+                    nn.Embedding: tq.float_qparams_weight_only_qconfig}
+            spec.update(dict.fromkeys(skip))  # a module name overrides its type's qconfig: None = stay float
+            q = tq.quantize_dynamic(copy.deepcopy(float_model), spec, dtype=torch.qint8)
+        elif qc.method == "static":
+            batches = calibration_batches(calibration_loader, qc.calibration_batches)
+            mapping, info["mapping"] = _qconfig_mapping(qc, engine, batches[0], skip)
+            prepared = quantize_fx.prepare_fx(copy.deepcopy(float_model), mapping, batches[0])
+            with torch.no_grad():
+                for inputs in batches:
+                    prepared(*inputs)
+            info["calibration_batches_used"] = len(batches)
+            q = quantize_fx.convert_fx(prepared)
+        else:
+            if finetune is None:
+                raise ValueError("quant.method='qat' needs finetune: a callable that trains the fake-quant model")
+            if example_inputs is None:
+                example_inputs = calibration_batches(calibration_loader, 1)[0]
+            mapping, info["mapping"] = _qconfig_mapping(qc, engine, example_inputs, skip)
+            prepared = quantize_fx.prepare_qat_fx(copy.deepcopy(model).train(), mapping, example_inputs)
+            finetune(prepared)
+            q = quantize_fx.convert_fx(prepared.cpu().eval())
+    info["swap"] = swap_report(float_model, q, qc.method)
+    check_swapped(info["swap"], qc.method)
+    return q.eval(), info
+
+__all__ = [
+    "affine_dequantize", "affine_qparams", "affine_quantize", "ao_warnings_filtered", "API", "API_REASON",
+    "calibration_batches", "check_supported", "check_swapped", "make_qconfig", "MIN_EMBEDDING_DIM",
+    "narrow_embeddings", "QuantizationNoOpError", "quantize", "quantize_with_report", "resolve_engine", "swap_report",
+    "TARGETS",
+]
