@@ -56,6 +56,9 @@ class Registry(Generic[T]):
     def items(self):  # noqa: ANN201 - dict items view
         return self._items.items()
 
+    def values(self):  # noqa: ANN201 - dict values view
+        return self._items.values()
+
 
 #: ``data.loader`` names -> loader builders (registered by :mod:`lab.data.loaders`).
 LOADERS: Registry = Registry("data.loader")

@@ -4,8 +4,8 @@ Plotly is imported only inside this package, so ``import lab`` stays free of plo
 that runs the benchmarks has none). One module per family (:mod:`.data`, :mod:`.precision`, :mod:`.pruning`,
 :mod:`.quant`, :mod:`.distributed`) plus :mod:`.run` (single runs), :mod:`.ablation` and :mod:`.report`
 (the performance report); :mod:`.common` holds the phase colours and the one ratio-with-CI bar chart.
-Each function takes records (RunResults, ``summarize``'s table, plain rows) and returns a Figure; nothing
-is shown or written as a side effect.
+Used by every notebook and the dashboard. Each function takes records (RunResults, ``summarize``'s table,
+plain rows) and returns a Figure; nothing is shown or written as a side effect.
 """
 
 from lab.plots.ablation import speedup_bars, speedup_vs_accuracy
