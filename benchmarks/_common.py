@@ -1,4 +1,4 @@
-"""Shared plumbing for benchmarks: the ``--quick`` / ``--json`` flags and the JSON envelope.
+"""Shared plumbing for benchmarks: the ``--quick`` / ``--json`` flags, the figure helpers and the JSON envelope.
 
 Every benchmark writes ``{"benchmark", "quick", "env", "figures": [...]}``; each figure carries its
 value, its CI where it has one, the goal it is held against and whether it met it, so a report can be
@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from lab.measure import environment_stamp  # noqa: E402
+from lab.measure import bootstrap_ratio_ci, environment_stamp, median  # noqa: E402
 from lab.result import to_jsonable  # noqa: E402
 
 
@@ -33,6 +34,28 @@ def figure(name: str, value: float, *, unit: str, goal: str | None = None, met: 
     which anchor to compare it with; without it the report uses the benchmark's own name."""
     return {"name": name, "value": value, "unit": unit, "ci95": list(ci) if ci else None, "goal": goal,
             "met": met, "note": note, "family": family}
+
+
+def skipped(name: str, why: str, family: str, unit: str = "x") -> dict[str, Any]:
+    """A figure that could not be measured here: NaN with the reason, so a report can say why."""
+    return figure(name, float("nan"), unit=unit, note=f"skipped: {why}", family=family)
+
+
+def ratio_figure(name: str, base: Sequence[float], variant: Sequence[float], *, family: str,
+                 goal_min: float | None = None, goal: str | None = None, note: str = "") -> dict[str, Any]:
+    """Speedup ``median(base) / median(variant)`` with its bootstrap 95 % CI; ``goal_min`` sets the goal."""
+    est, lo, hi = bootstrap_ratio_ci(base, variant)
+    if goal_min is not None and goal is None:
+        goal = f">= {goal_min:g}x"
+    return figure(name, est, unit="x", ci=(lo, hi), goal=goal, met=(est >= goal_min) if goal_min else None,
+                  note=note, family=family)
+
+
+def median_figure(name: str, samples: Sequence[float], *, family: str, unit: str = "ms",
+                  note: str = "") -> dict[str, Any]:
+    """The median of timing samples, with how many blocks it came from in the note."""
+    return figure(name, median(samples), unit=unit, note=f"{len(samples)} blocks; {note}".rstrip("; "),
+                  family=family)
 
 
 def emit(benchmark: str, args: argparse.Namespace, figures: list[dict[str, Any]], **extra: Any) -> None:

@@ -31,6 +31,7 @@ def main() -> None:
     base = RunConfig(workload="ctr", size="tiny", threads=1)
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "bench.sqlite") as store:
         ablation = stacked(base)
+        # Wall times of whole ablations (one event each, the figures themselves): nothing to interleave or sync.
         t0 = time.perf_counter()
         df = run_ablation(ablation, repeats=repeats, store=store)
         wall_s = time.perf_counter() - t0

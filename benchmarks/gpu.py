@@ -11,30 +11,19 @@ warm-up, and reports ratios of medians with a bootstrap 95 % CI (``lab.measure.b
 A part that fails records an entry with the error and the run goes on; an arm that cannot run here (an API
 missing from this torch / torchao) is a figure with value NaN and the note "skipped: <why>".
 
-Parts, their goals and the published numbers they are read against:
+Parts, in the order they run (each part's goals and the published numbers it is read against are in its
+family file's docstring):
 
-1. ``precision``: CUDA autocast bf16, fp16 (+ GradScaler) and TF32 against strict fp32 (TF32 off), through
-   the lab's own :class:`lab.precision.PrecisionPolicy`, channels_last, on ResNet-50 training steps over
-   synthetic images generated on the GPU (an ImageNet-like shape and the vision workload's own 28x28 shape),
-   and on the ctr workload (data from the lab's own generator) with the AUC delta against fp32 over seeds.
-   A plain ``torch.autocast`` bf16 arm (no lab policy) shows what the policy's per-step diagnostics cost.
-   Anchor: NVIDIA's AMP training tables (ResNet-50: mixed precision ~2-3x the fp32 throughput; TF32 most of
-   that on Ampere+). Goal: bf16 >= 2x strict fp32 on the ImageNet-like ResNet-50; < 1 % relative AUC loss.
-2. ``data``: the lab's CUDA-stream prefetcher (:class:`lab.data.prefetch.DevicePrefetcher`, pinned memory)
-   against synchronous host->device copies and against data already resident on the GPU (the upper bound),
-   at ctr batch sizes. Goal: prefetch never slower than synchronous copies, >= 90 % of the resident bound.
-3. ``pruning``: 2:4 semi-structured sparsity (``torch.sparse.to_sparse_semi_structured``, fp16 / bf16
-   Linear) against the dense layer with the same weights: inference speedup and max abs error. Anchor:
-   NVIDIA's 2:4 sparse tensor cores, ~1.3-1.6x on large GEMMs (2x fewer MACs in theory). Goal: >= 1.1x.
-4. ``quantization``: torchao int8 and int4 weight-only at batch 1 (decode-like: a stack of large bf16
-   Linear layers, Llama-8B MLP sizes) against bf16: latency ratio, weight-size ratio, max error; eager, and
-   with ``torch.compile`` (compile time reported separately and bounded by the part's budget). Anchor:
-   torchao / gpt-fast decode speedups, int8 ~1.5x and int4 ~1.9x over bf16 with compile. Goals: int8 >= 1.3x,
-   int4 >= 1.5x (compiled); size int8 <= 0.55x, int4 <= 0.30x.
-5. ``distributed``: DDP at world size 1 (NCCL, in-process ``init_process_group``, 127.0.0.1 and a free
-   port) against the same model without DDP, and with the lab's recording comm hook
-   (:class:`lab.distributed.CommRecorder`). Anchor: PyTorch DDP's small per-step overhead (Li et al., VLDB
-   2020). Goal: <= 3 % per step.
+1. ``precision`` (``benchmarks/precision.py``): CUDA autocast bf16 / fp16 and TF32 against strict fp32 through
+   the lab's PrecisionPolicy, on ResNet-50 training steps and on the ctr workload (with the AUC delta).
+2. ``data`` (``benchmarks/data_loading.py``): the lab's CUDA-stream prefetcher against synchronous host->device
+   copies and against data already resident on the GPU.
+3. ``pruning`` (``benchmarks/pruning.py``): 2:4 semi-structured sparse Linear against the dense layer holding
+   the same weights.
+4. ``distributed`` (``benchmarks/distributed.py``): DDP at world size 1 (NCCL) against the plain model, and with
+   the lab's recording comm hook.
+5. ``quantization`` (``benchmarks/quantization.py``): torchao int8 / int4 weight-only at batch 1 against bf16,
+   eager and compiled (last: compile time).
 
 Without CUDA the script still runs (seconds), says so, and writes ``gpu.json`` with one skipped entry per
 part ("skipped: no CUDA device ..."); exit code 0. ``--device cpu`` instead runs every part's code path at
@@ -43,9 +32,10 @@ tiny sizes on the CPU (a self-test used by ``tests/test_gpu_bench.py``; its timi
 The H200 box has torch, torchao, numpy, pandas and pyarrow only, so this module and what it imports from
 ``lab`` import nothing else (the test proves it with an import blocker).
 
-Layout: this file is the entry point (flags, the part loop, the report); each part's code is in
-``benchmarks/gpu_parts/<part>.py``, what the parts share in ``gpu_parts/common.py``, the sizes and budgets in
-``gpu_parts/settings.py``.
+Layout: this file only drives the parts (flags, the part loop, the report); each part is ``gpu_part(ctx, figs)``
+in its family's benchmark file, beside that family's CPU benchmark (whose ``main`` runs only when the file is run
+as a script); the sizes, budgets, part context and ``gpu.json`` writer are in ``benchmarks/_gpu.py``; every
+timing goes through ``lab.measure`` (``interleaved_ms``, ``block_ms``).
 """
 
 from __future__ import annotations
@@ -58,25 +48,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import data_loading
+import distributed
+import precision
+import pruning
+import quantization
 import torch
-from gpu_parts.common import PartContext, Report, error_text, free_memory, no_cuda_reason, skipped
-from gpu_parts.data import part_data
-from gpu_parts.distributed import part_distributed
-from gpu_parts.precision import part_precision
-from gpu_parts.pruning import part_pruning
-from gpu_parts.quantization import part_quantization
-from gpu_parts.settings import FULL, QUICK, TINY, Settings
+from _common import skipped
+from _gpu import FULL, QUICK, TINY, GpuPart, PartContext, Report, Settings, free_memory, no_cuda_reason
 
-from lab.measure import environment_stamp
+from lab.measure import environment_stamp, error_text
 
 PART_ORDER = ("precision", "data", "pruning", "distributed", "quantization")  # quantization last: compile time
 FAMILIES = PART_ORDER
 
-
-PARTS: dict[str, Callable[[PartContext, list[dict[str, Any]]], None]] = {
-    "precision": part_precision, "data": part_data, "pruning": part_pruning,
-    "distributed": part_distributed, "quantization": part_quantization,
+PARTS: dict[str, GpuPart] = {
+    "precision": precision.gpu_part, "data": data_loading.gpu_part, "pruning": pruning.gpu_part,
+    "distributed": distributed.gpu_part, "quantization": quantization.gpu_part,
 }
+"""Part name (the figures' family) -> the ``gpu_part`` of that family's benchmark file."""
 
 
 def run_part(name: str, ctx: PartContext, report: Report) -> None:
@@ -89,7 +79,7 @@ def run_part(name: str, ctx: PartContext, report: Report) -> None:
         report.write()
 
     ctx.checkpoint = checkpoint
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # the part's wall time for the report's bookkeeping, one event: not a measurement
     ctx.log(f"part {name}: start (budget {ctx.left_s():.0f} s)")
     status, error = "ok", None
     try:

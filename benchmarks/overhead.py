@@ -13,15 +13,14 @@ Two measurements, because on a shared 2-core box one is precise and the other is
 
 from __future__ import annotations
 
-import time
-
 import torch
 from _common import emit, figure, parse_args
 
 from lab import RunConfig, run
+from lab.context import resolve, seed_everything, thread_count
 from lab.data import make_loader
-from lab.measure import MemorySampler, PhaseTimer, bootstrap_ratio_ci, median
-from lab.train import PHASES, make_optimizer, resolve, seed_everything, thread_count
+from lab.loop import PHASES, make_optimizer
+from lab.measure import MemorySampler, PhaseTimer, block_ms, bootstrap_ratio_ci, median
 
 
 def bare_loop_s(cfg: RunConfig) -> float:
@@ -37,37 +36,42 @@ def _bare_loop_s(cfg: RunConfig) -> float:
     model = r.workload.make_model(r.spec)
     opt = make_optimizer(cfg.optimizer, model.parameters(), r.lr)
     loader = make_loader(data.train, cfg.data, r.batch_size, seed=cfg.seed)
-    steps, total = 0, cfg.max_steps
+    total = cfg.max_steps
     model.train()
-    t0 = time.perf_counter()
-    for epoch in range(r.epochs):
-        loader.set_epoch(epoch)
-        for batch in loader:
-            if steps >= total:
-                break
-            loss = r.workload.loss(model(*batch[:-1]), batch[-1])
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss.item()
-            steps += 1
-    return time.perf_counter() - t0
+
+    def loop() -> None:
+        steps = 0
+        for epoch in range(r.epochs):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                if steps >= total:
+                    break
+                loss = r.workload.loss(model(*batch[:-1]), batch[-1])
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                loss.item()
+                steps += 1
+
+    return block_ms(loop, 1) / 1e3  # the whole loop is one sample, as lab.run's train_time_s is
 
 
 def timer_cost_us(n: int) -> float:
     """Per-step cost of the instrumentation alone, on empty steps."""
     timer, mem = PhaseTimer(phases=PHASES), MemorySampler("cpu")
     loss = torch.tensor(1.0)
-    t0 = time.perf_counter()
-    for i in range(n):
+    count = iter(range(n))
+
+    def empty_step() -> None:
         timer.start_step()
         for phase in PHASES[:4]:
             timer.mark(phase)
         timer.end_step()
         loss.item()
-        if i % 10 == 0:
+        if next(count) % 10 == 0:
             mem.sample()
-    return (time.perf_counter() - t0) / n * 1e6
+
+    return block_ms(empty_step, n) * 1e3  # one block of n back-to-back empty steps
 
 
 def main() -> None:

@@ -7,24 +7,41 @@ with calibration; the ResNet also gets QAT and, for a fair cost comparison, plai
 same length. Latency arms are interleaved (fp32, fp32 channels_last, int8 ..., repeated) at batch 1 and batch
 64; the fp32 reference is the faster of plain and channels_last, not a weak baseline. Goals (DESIGN §5,
 issue 6): int8 >= 2.5x fp32 at batch >= 32 on the Linear/conv-heavy models with <= 0.5 pt accuracy loss;
-quantized layers >= 3.95x smaller; QAT recovers >= 50 % of the PTQ accuracy gap. torchao's CUDA weight-only
-path is not benchmarked here (torchao is not a dependency yet; a later issue).
+quantized layers >= 3.95x smaller; QAT recovers >= 50 % of the PTQ accuracy gap.
+
+GPU part (``gpu_part``, run by ``benchmarks/gpu.py``, not by this script): torchao int8 and int4 weight-only at
+batch 1 (decode-like: a stack of large bf16 Linear layers, Llama-8B MLP sizes) against bf16: latency ratio,
+weight-size ratio, max error; eager, and with ``torch.compile`` (compile time reported separately and bounded by
+the part's budget). Every torchao API spelling is tried in turn. Anchor: torchao / gpt-fast decode speedups, int8
+~1.5x and int4 ~1.9x over bf16 with compile. Goals: int8 >= 1.3x, int4 >= 1.5x (compiled); size int8 <= 0.55x,
+int4 <= 0.30x.
 """
 
 from __future__ import annotations
 
 import copy
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from _common import emit, figure, parse_args
+from _common import emit, figure, median_figure, parse_args, ratio_figure, skipped
+from _gpu import PartContext, max_errors
+from torch import nn
 
 from lab import RunConfig
 from lab.config import QuantConfig
-from lab.measure import median
-from lab.quant_report import interleaved_latency_ms, layer_bytes, metric_delta, outputs_of, speedup, trained_float_model
-from lab.quantization import quantize_with_report
-from lab.train import thread_count
+from lab.context import thread_count
+from lab.measure import block_ms, error_text, interleaved_ms, median
+from lab.quant import (
+    interleaved_latency_ms,
+    layer_bytes,
+    metric_delta,
+    outputs_of,
+    quantize_with_report,
+    speedup,
+    trained_float_model,
+)
 
 BATCH_N = 64
 PLANS = {"ctr": ("dynamic", "static"), "sequence": ("dynamic",), "vision": ("dynamic", "static", "qat")}
@@ -118,9 +135,193 @@ def main() -> None:
         figs, raw[name] = bench_workload(name, size, repeats)
         figures += figs
     figures.append(figure("torchao int8/int4 weight-only on CUDA, batch 1", float("nan"), unit="x",
-                          note="not here: measured by benchmarks/gpu.sh on a CUDA machine (gpu.json)"))
+                          note="not here: measured by this file's gpu_part via benchmarks/gpu.sh on a CUDA machine "
+                               "(gpu.json)"))
     emit("quantization", args, figures, samples_ms=raw, engine=torch.backends.quantized.engine,
          settings={"size": size, "repeats": repeats, "threads": 1, "batch_n": BATCH_N})
+
+
+# ------------------------------------------------------------------------------------------------ GPU part
+
+class Skip(Exception):
+    """An arm that cannot run here; its message becomes the figure's "skipped: ..." note."""
+
+
+def decode_stack(width: int, hidden: int, layers: int, *, dtype: torch.dtype, device: torch.device) -> nn.Sequential:
+    """``layers`` bias-free Linear layers alternating width->hidden and hidden->width (an LLM MLP's up and down
+    projections): at batch 1 every call streams all weights once, so latency follows weight bytes."""
+    kw = {"bias": False, "device": device, "dtype": dtype}  # initialised on the device: 1 GB of CPU init is slow
+    mods = [nn.Linear(width, hidden, **kw) if i % 2 == 0 else nn.Linear(hidden, width, **kw) for i in range(layers)]
+    return nn.Sequential(*mods).eval()
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a tensor really holds; for a tensor subclass (torchao's quantized weights) the sum over its inner
+    tensors, found through the subclass protocol ``__tensor_flatten__``."""
+    if type(t) not in (torch.Tensor, nn.Parameter) and hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        inner = [getattr(t, name, None) for name in names]
+        return sum(tensor_bytes(x) for x in inner if isinstance(x, torch.Tensor))
+    return t.numel() * t.element_size()
+
+
+def model_bytes(model: nn.Module) -> int:
+    return sum(tensor_bytes(t) for t in (*model.parameters(), *model.buffers()))
+
+
+def _int4_enum_value() -> Any:
+    try:
+        from torchao.quantization import Int4PackingFormat
+        return Int4PackingFormat.TILE_PACKED_TO_4D
+    except ImportError:
+        try:
+            from torchao.quantization.quantize_.workflows import Int4PackingFormat
+            return Int4PackingFormat.TILE_PACKED_TO_4D
+        except ImportError:
+            return "tile_packed_to_4d"
+
+
+def torchao_configs(kind: str) -> list[tuple[str, Callable[[], Any]]]:
+    """The ways to ask torchao for ``kind`` ("int8" / "int4") weight-only, newest API first. int4: the
+    tile-packed (tinygemm, ``aten._weight_int4pack_mm``) format first, because torchao 0.15+'s default "plain"
+    format needs the separate mslk / fbgemm-gpu kernels, which the H200 box does not have."""
+    import torchao.quantization as tq  # raises ImportError when torchao is absent (caught by the caller)
+
+    def cls(name: str) -> Any:
+        obj = getattr(tq, name, None)
+        if obj is None:
+            raise AttributeError(f"torchao.quantization has no {name}")
+        return obj
+
+    if kind == "int8":
+        return [("Int8WeightOnlyConfig()", lambda: cls("Int8WeightOnlyConfig")()),
+                ("int8_weight_only()", lambda: cls("int8_weight_only")())]
+    if kind == "int4":
+        return [("Int4WeightOnlyConfig(group_size=128, int4_packing_format=tile_packed_to_4d)",
+                 lambda: cls("Int4WeightOnlyConfig")(group_size=128, int4_packing_format=_int4_enum_value())),
+                ("Int4WeightOnlyConfig(group_size=128, version=1)",
+                 lambda: cls("Int4WeightOnlyConfig")(group_size=128, version=1)),
+                ("Int4WeightOnlyConfig(group_size=128)", lambda: cls("Int4WeightOnlyConfig")(group_size=128)),
+                ("int4_weight_only(group_size=128)", lambda: cls("int4_weight_only")(group_size=128))]
+    raise ValueError(f"unknown weight-only kind {kind!r}: int8 or int4")
+
+
+def torchao_weight_only(model: nn.Module, kind: str, probe: torch.Tensor) -> tuple[nn.Module, str, list[str]]:
+    """A quantized copy of ``model`` (``model`` is untouched), the API call that worked and the failed tries.
+
+    Each torchao API spelling is tried in turn on a fresh copy and must produce a finite output for ``probe``;
+    raises :class:`Skip` with every error when none works (torchao missing, API renamed, kernel absent)."""
+    try:
+        import torchao
+        from torchao.quantization import quantize_
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a torchao built for another torch
+        raise Skip(f"torchao not importable: {error_text(exc)}") from exc
+    version = getattr(torchao, "__version__", "?")
+    tried: list[str] = []
+    for label, make in torchao_configs(kind):
+        try:
+            cfg = make()
+            q = copy.deepcopy(model)
+            quantize_(q, cfg)
+            with torch.no_grad():
+                out = q(probe)
+            if not bool(torch.isfinite(out).all()):
+                raise FloatingPointError("non-finite output")
+            return q, f"torchao {version}: {label}", tried
+        except Exception as exc:  # noqa: BLE001 - try the next spelling
+            tried.append(f"{label}: {error_text(exc)}")
+    raise Skip(f"torchao {version} {kind} weight-only failed: " + " | ".join(tried))
+
+
+def gpu_part(ctx: PartContext, figs: list[dict[str, Any]]) -> None:
+    """bf16 vs torchao int8 / int4 weight-only at batch 1, eager and (budget allowing) compiled."""
+    dev, sz, fam = ctx.device, ctx.sz, "quantization"
+    torch.manual_seed(0)
+    base = decode_stack(sz.quant_width, sz.quant_hidden, sz.quant_layers, dtype=torch.bfloat16, device=dev)
+    x1 = torch.randn(1, sz.quant_width, device=dev, dtype=torch.bfloat16)
+    x8 = torch.randn(8, sz.quant_width, device=dev, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref8 = base(x8)
+    models: dict[str, nn.Module] = {"bf16": base}
+    base_bytes = model_bytes(base)
+    for kind in ("int8", "int4"):
+        t0 = time.perf_counter()  # one event's wall time, for the progress log only (not a figure)
+        try:
+            q, api, tried = torchao_weight_only(base, kind, x1)
+        except Skip as exc:
+            ctx.log(f"  quantization {kind}: skipped: {exc}")
+            whats = [("size vs bf16", "x"), ("max rel error vs bf16", "of max |out|"),
+                     ("latency speedup vs bf16 (eager)", "x")]
+            whats += [("latency speedup vs bf16 (compiled)", "x")] if sz.quant_compile else []
+            for what, unit in whats:
+                figs.append(skipped(f"decode {kind} weight-only {what}", str(exc)[:600], fam, unit=unit))
+            continue
+        models[kind] = q
+        with torch.no_grad():
+            abs_err, rel_err = max_errors(q(x8), ref8)
+        size = model_bytes(q) / base_bytes
+        goal_size = 0.55 if kind == "int8" else 0.30
+        ctx.log(f"  quantization {kind}: {api} in {time.perf_counter() - t0:.1f} s; size x{size:.3f}, "
+                f"rel err {rel_err:.3g}")
+        figs.append(figure(f"decode {kind} weight-only size vs bf16", size, unit="x", goal=f"<= {goal_size}x",
+                           met=size <= goal_size, family=fam, note=f"{api}; {base_bytes / 2**20:.0f} MiB in bf16"
+                           + (f"; failed first: {' | '.join(tried)}"[:400] if tried else "")))
+        figs.append(figure(f"decode {kind} weight-only max rel error vs bf16", rel_err, unit="of max |out|",
+                           family=fam, note=f"max abs error {abs_err:.4g} over 8 random inputs, "
+                                            f"{sz.quant_layers} layers"))
+    ctx.checkpoint()
+    arms: dict[str, Callable[[], Any]] = {name: (lambda m=m: m(x1)) for name, m in models.items()}
+    compile_s: dict[str, float] = {}
+    compile_err: dict[str, str] = {}
+    if sz.quant_compile and dev.type == "cuda":
+        for name, m in models.items():
+            if ctx.left_s() < 45:
+                compile_err[name] = f"time budget: {ctx.left_s():.0f} s left in the part, a compile may take 30 s+"
+                continue
+            try:
+                cm = torch.compile(m)
+                with torch.no_grad():
+                    compile_s[name] = block_ms(lambda cm=cm: cm(x1), 1, dev) / 1e3  # the first call compiles
+                arms[f"{name}+compile"] = lambda cm=cm: cm(x1)
+                ctx.log(f"  quantization compile {name}: {compile_s[name]:.1f} s")
+            except Exception as exc:  # noqa: BLE001
+                compile_err[name] = error_text(exc)
+                ctx.log(f"  quantization compile {name} failed: {compile_err[name]}")
+    errors: dict[str, str] = {}
+    with torch.no_grad():
+        samples = interleaved_ms(arms, repeats=sz.repeats + 2, iters=sz.quant_iters, warmup=sz.warmup, sync=dev,
+                                 deadline=ctx.deadline, min_repeats=sz.min_repeats, errors=errors)
+    for name, s in samples.items():
+        ctx.log(f"  quantization {name:14s} {median(s) * 1e3:9.1f} us/call (batch 1)")
+        figs.append(median_figure(f"decode {name} latency batch 1", s, family=fam))
+    goals = {"int8": 1.3, "int4": 1.5}
+    for kind in ("int8", "int4"):
+        if kind not in models:
+            continue
+        for suffix, mode in (("", "eager"), ("+compile", "compiled")):
+            name, ref = f"{kind}{suffix}", f"bf16{suffix}"
+            fig_name = f"decode {kind} weight-only latency speedup vs bf16 ({mode})"
+            if name in samples and ref in samples:
+                note = "batch 1, both eager"
+                if kind == "int8":
+                    note += "; torchao's eager int8 weight-only converts the whole weight to bf16 on every call"
+                if suffix:
+                    note = (f"batch 1, both torch.compile (default mode); compile {compile_s.get(kind, 0):.1f} s vs "
+                            f"bf16 {compile_s.get('bf16', 0):.1f} s, not in the latency")
+                figs.append(ratio_figure(fig_name, samples[ref], samples[name], family=fam,
+                                         goal_min=goals[kind] if suffix else None,
+                                         goal=(f">= {goals[kind]}x (torchao / gpt-fast decode)" if suffix else None),
+                                         note=note))
+            elif suffix and not sz.quant_compile:
+                continue
+            else:
+                why = errors.get(name) or errors.get(ref) or compile_err.get(kind if suffix else name) \
+                    or compile_err.get("bf16") or ("not compiled on this device" if suffix else "no samples")
+                figs.append(skipped(fig_name, why, fam))
+    for name, s in compile_s.items():
+        figs.append(figure(f"decode {name} torch.compile time", s, unit="s", family=fam,
+                           note="first call, excluded from the latency"))
+    torch._dynamo.reset()
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def main() -> None:
     # --quick leaves compile out: a cold compile is ~10 s on 2 cores, a third of the quick budget.
     extras = [e for e in SPEED_EXTRAS if not (args.quick and e == "compile")]
     ablation = speed_stack(base, storage="network_fs", extras=extras)
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # the whole ablation's wall time, one event reported as a figure: nothing to interleave
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "stacked.sqlite") as store:
         df = run_ablation(ablation, repeats=1, seeds=(0, 1, 2), store=store,
                           progress=lambda ev: ev.get("phase") == "ablation" and print(

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from lab import bench_report as br
+from lab import bench as br
 from lab.cli import main as cli_main
 
 

@@ -1,9 +1,12 @@
 """benchmarks/gpu.sh + gpu.py: runs (and says "skipped") without CUDA, imports nothing the H200 box lacks, measures
-interleaved, writes its JSON after every part, and never crashes on a missing arm. Structure only: no timing
-assertions (the speed figures are the benchmark's business)."""
+interleaved, writes its JSON after every part, and never crashes on a missing arm. The layout: each family's GPU
+part is ``gpu_part`` in that family's benchmark file, timed by ``lab.measure`` (no timer of the benchmarks' own),
+and importing a family file does not run its CPU benchmark. Structure only: no timing assertions (the speed
+figures are the benchmark's business)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import json
@@ -18,9 +21,13 @@ import pytest
 import torch
 from torch import nn
 
+import lab.measure
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 FAMILIES = {"precision", "data", "pruning", "quantization", "distributed"}
+FAMILY_FILES = {"precision": "precision", "data": "data_loading", "pruning": "pruning",
+                "quantization": "quantization", "distributed": "distributed"}  # part -> benchmarks/<file>.py
 # What the H200 box does not have (torchao is there, but blocking it simulates a box without it).
 BLOCKED = ("plotly", "streamlit", "sklearn", "mlxtend", "psutil", "torch_pruning", "scipy", "matplotlib", "tqdm")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -29,7 +36,7 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the s
 
 def _bench_module(name: str):
     if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # gpu.py imports its siblings _common and gpu_parts, as when run as a script
+        sys.path.insert(0, str(BENCH))  # gpu.py imports its siblings (_common, _gpu, the family files) as a script does
     return importlib.import_module(name)
 
 
@@ -41,17 +48,24 @@ def gpu():
 
 @pytest.fixture(scope="module")
 def common():
-    return _bench_module("gpu_parts.common")
+    """``benchmarks/_common.py``: the figure helpers every benchmark shares."""
+    return _bench_module("_common")
+
+
+@pytest.fixture(scope="module")
+def gpu_common():
+    """``benchmarks/_gpu.py``: settings, part context, report, device handling."""
+    return _bench_module("_gpu")
 
 
 @pytest.fixture(scope="module")
 def pruning():
-    return _bench_module("gpu_parts.pruning")
+    return _bench_module("pruning")
 
 
 @pytest.fixture(scope="module")
 def quantization():
-    return _bench_module("gpu_parts.quantization")
+    return _bench_module("quantization")
 
 
 def _blocker(folder: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
@@ -133,16 +147,17 @@ def test_cpu_self_test_runs_every_part_with_torchao_missing(tmp_path):
     assert figs["decode bf16 latency batch 1"]["value"] > 0
 
 
-def test_interleaved_runs_arms_in_rounds_and_excludes_warmup(common):
+def test_interleaved_runs_arms_in_rounds_and_excludes_warmup():
+    """The parts' timer (``lab.measure.interleaved_ms``), called as the parts call it (``sync=`` their device)."""
     calls: list[str] = []
     arms = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    samples = common.interleaved_ms(arms, device=torch.device("cpu"), repeats=3, iters=2, warmup=1)
+    samples = lab.measure.interleaved_ms(arms, sync=torch.device("cpu"), repeats=3, iters=2, warmup=1)
     assert calls == ["a", "b", "c"] + ["a", "a", "b", "b", "c", "c"] * 3  # warm-up first, then A B C rounds
     assert {k: len(v) for k, v in samples.items()} == {"a": 3, "b": 3, "c": 3}
     assert all(t >= 0 for v in samples.values() for t in v)
 
 
-def test_interleaved_drops_a_failing_arm_and_keeps_the_others(common):
+def test_interleaved_drops_a_failing_arm_and_keeps_the_others():
     n = {"late": 0}
 
     def late() -> None:
@@ -154,16 +169,57 @@ def test_interleaved_drops_a_failing_arm_and_keeps_the_others(common):
         raise ValueError("no such API")
 
     errors: dict[str, str] = {}
-    samples = common.interleaved_ms({"ok": lambda: None, "late": late, "early": early}, device=torch.device("cpu"),
-                                    repeats=4, iters=1, warmup=1, errors=errors)
+    samples = lab.measure.interleaved_ms({"ok": lambda: None, "late": late, "early": early},
+                                         sync=torch.device("cpu"), repeats=4, iters=1, warmup=1, errors=errors)
     assert list(samples) == ["ok"] and len(samples["ok"]) == 4
     assert errors == {"late": "RuntimeError: kernel missing", "early": "ValueError: no such API"}
 
 
-def test_interleaved_stops_at_the_deadline_after_the_minimum_repeats(common):
-    samples = common.interleaved_ms({"a": lambda: None}, device=torch.device("cpu"), repeats=50, iters=1, warmup=0,
-                                    deadline=0.0, min_repeats=3)
+def test_interleaved_stops_at_the_deadline_after_the_minimum_repeats():
+    samples = lab.measure.interleaved_ms({"a": lambda: None}, sync=torch.device("cpu"), repeats=50, iters=1,
+                                         warmup=0, deadline=0.0, min_repeats=3)
     assert len(samples["a"]) == 3
+
+
+def test_each_family_file_holds_its_gpu_part_and_gpu_py_only_drives_them(gpu):
+    assert set(gpu.PARTS) == FAMILIES and set(gpu.PART_ORDER) == FAMILIES
+    for part, stem in FAMILY_FILES.items():
+        module = _bench_module(stem)
+        assert gpu.PARTS[part] is module.gpu_part, part  # the part lives in its family's file
+        assert callable(module.main), stem  # beside that family's CPU benchmark
+        assert module.interleaved_ms is lab.measure.interleaved_ms, stem  # timed by the one timer
+    assert not (BENCH / "gpu_parts").exists()
+    gpu_defs = {n.name for n in ast.walk(ast.parse((BENCH / "gpu.py").read_text())) if isinstance(n, ast.FunctionDef)}
+    assert not gpu_defs & {"gpu_part", "part_precision", "part_data", "prune_case", "ddp_case"}
+
+
+def test_no_benchmark_defines_a_timer_of_its_own():
+    """One timer (lab.measure): a copy in benchmarks/ could drift from it, and then ratios stop being comparable."""
+    timers = {"interleaved_ms", "block_ms", "sync", "sync_for", "inference_latency_ms", "error_text"}
+    for path in sorted(BENCH.glob("*.py")):
+        defs = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+        assert not defs & timers, (path.name, defs & timers)
+
+
+def test_importing_a_family_file_does_not_run_its_cpu_benchmark(tmp_path):
+    """gpu.py imports the family files for their GPU parts: their CPU benchmark must run only as a script. Were
+    ``main()`` not guarded, the import would parse these argv and write the JSON (and take minutes)."""
+    env = _blocker(tmp_path / "block")
+    marker = tmp_path / "ran.json"
+    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); sys.argv = ['x', '--quick', '--json', {str(marker)!r}]; "
+            f"import {', '.join(FAMILY_FILES.values())}; print('imported')")
+    proc = _run([sys.executable, "-c", code], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "imported\n" and not marker.exists()
+
+
+@pytest.mark.parametrize("stem", sorted(FAMILY_FILES.values()))
+def test_family_files_stay_runnable_as_scripts(stem, tmp_path):
+    """``python benchmarks/<name>.py [--quick] [--json PATH]`` is the CPU benchmark's entry point (``--help``:
+    parsed, nothing measured)."""
+    proc = _run([sys.executable, str(BENCH / f"{stem}.py"), "--help"], _blocker(tmp_path / "block"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--quick" in proc.stdout and "--json" in proc.stdout
 
 
 def test_figures_have_the_common_envelope(common):
@@ -184,11 +240,11 @@ def test_mask_2_4_keeps_the_two_largest_of_every_four(pruning):
         pruning.mask_2_4(torch.randn(4, 6))
 
 
-def test_weight_bytes_and_max_errors(common, quantization):
+def test_weight_bytes_and_max_errors(gpu_common, quantization):
     m = quantization.decode_stack(16, 32, 3, dtype=torch.bfloat16, device=torch.device("cpu"))
     assert [tuple(layer.weight.shape) for layer in m] == [(32, 16), (16, 32), (32, 16)]
     assert quantization.model_bytes(m) == 3 * 16 * 32 * 2
-    assert common.max_errors(torch.tensor([1.0, -2.5]), torch.tensor([1.0, -2.0])) == (0.5, 0.25)
+    assert gpu_common.max_errors(torch.tensor([1.0, -2.5]), torch.tensor([1.0, -2.0])) == (0.5, 0.25)
 
 
 def test_missing_torchao_is_a_skip_not_a_crash(quantization, monkeypatch):
@@ -262,8 +318,8 @@ def test_parse_args_orders_parts_and_refuses_unknown_ones(gpu):
 
 
 @cpu_only
-def test_no_cuda_reason_names_the_build(common):
-    reason = common.no_cuda_reason()
+def test_no_cuda_reason_names_the_build(gpu_common):
+    reason = gpu_common.no_cuda_reason()
     assert reason is not None and reason.startswith("no CUDA device") and torch.__version__ in reason
 
 
@@ -271,7 +327,7 @@ def test_no_cuda_reason_names_the_build(common):
 
 @pytest.mark.gpu
 @needs_cuda
-def test_semi_structured_linear_matches_dense_on_cuda(common, pruning):
+def test_semi_structured_linear_matches_dense_on_cuda(gpu_common, pruning):
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("2:4 sparse tensor cores need compute capability >= 8.0")
     from torch.sparse import to_sparse_semi_structured
@@ -283,7 +339,7 @@ def test_semi_structured_linear_matches_dense_on_cuda(common, pruning):
     with torch.inference_mode():
         ref = lin(x)
         lin.weight = nn.Parameter(to_sparse_semi_structured(lin.weight.detach()), requires_grad=False)
-        _, rel = common.max_errors(lin(x), ref)
+        _, rel = gpu_common.max_errors(lin(x), ref)
     assert rel < 1e-2
 
 

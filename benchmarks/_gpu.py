@@ -1,17 +1,33 @@
-"""Sizes and time budgets of the GPU benchmark: the full run, ``--quick``, and the tiny CPU self-test.
+"""What the GPU parts of the family benchmarks share, none of it a timer (every timing is ``lab.measure``'s):
+the sizes and time budgets of each setting, a part's context (device, sizes, deadline), the ``gpu.json`` report
+rewritten after every part, and the device handling (why there is no CUDA, freeing memory between cases).
 
-Kept apart from the parts so one place says how big and how long every part runs in each setting.
+Each family file (``benchmarks/data_loading.py``, ``precision.py``, ``pruning.py``, ``quantization.py``,
+``distributed.py``) holds its own GPU part as ``gpu_part(ctx, figs)``; ``benchmarks/gpu.py`` drives them. This
+module imports only torch and ``lab`` (the H200 box has torch, torchao, numpy, pandas and pyarrow, nothing else).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
+import json
+import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+import _common  # noqa: F401 - first: puts the repository root on sys.path, so ``lab`` imports without installing
+import torch
 from torch import nn
 
+from lab.result import to_jsonable
 from lab.workloads.resnet import Bottleneck, ResNet, build_resnet
+
+# ------------------------------------------------------------------------------------------------ settings
+# Kept in one place, apart from the parts, so one screen says how big and how long every part runs per setting.
 
 
 @dataclass(frozen=True)
@@ -103,3 +119,77 @@ TINY = dataclasses.replace(  # CPU self-test: every code path, seconds of CPU ti
     quant_width=128, quant_hidden=256, quant_layers=2, quant_iters=2, quant_compile=False,
     ddp_cases=("vision", "ctr"), ddp_iters=1, warmup=1,
     ddp_vision=VisionCase("resnet-tiny-16px-b4", _resnet_tiny, 3, 16, 4, 10))
+
+
+# ------------------------------------------------------------------------------------------------ a part's context
+
+@dataclass
+class PartContext:
+    """What a part gets: the device, the sizes, its deadline, a logger and a checkpoint (write the JSON).
+
+    ``deadline`` is a ``time.monotonic()`` value, as ``lab.measure.interleaved_ms`` takes it."""
+
+    device: torch.device
+    sz: Settings
+    deadline: float
+    log: Callable[[str], None]
+    checkpoint: Callable[[], None]
+
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+GpuPart = Callable[[PartContext, list[dict[str, Any]]], None]
+"""A family's GPU part: appends its figures to the list, calling ``ctx.checkpoint()`` after each sub-case."""
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+@dataclass
+class Report:
+    """The ``gpu.json`` envelope (the one ``benchmarks/_common.py`` writes), rewritten atomically whenever
+    asked, so a run killed by its time limit still leaves every figure measured so far."""
+
+    path: Path | None
+    quick: bool
+    env: dict[str, Any]
+    setting: str
+    figures: list[dict[str, Any]] = field(default_factory=list)
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def envelope(self) -> dict[str, Any]:
+        return {"benchmark": "gpu", "quick": self.quick, "env": self.env, "figures": self.figures,
+                "parts": self.parts, "setting": self.setting}
+
+    def write(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(to_jsonable(self.envelope()), indent=2))
+        os.replace(tmp, self.path)
+
+
+# ------------------------------------------------------------------------------------------------ device
+
+def free_memory() -> None:
+    """Collect garbage and return cached CUDA memory between cases, so one case's tensors do not crowd the next."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def no_cuda_reason() -> str | None:
+    """Why the GPU parts cannot run here, or None when a CUDA device is usable."""
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"no CUDA device on this machine (torch {torch.__version__} is a CPU-only build)"
+    return f"no CUDA device on this machine (torch {torch.__version__}, CUDA {torch.version.cuda}: none visible)"
+
+
+def max_errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(max abs error, that error relative to max |ref|), in fp32."""
+    diff = float((out.float() - ref.float()).abs().max())
+    scale = float(ref.float().abs().max()) or 1.0
+    return diff, diff / scale
