@@ -47,6 +47,7 @@ from lab.plots.report import (
 )
 from lab.recipes import RECIPES, TECHNIQUES, factorial, from_techniques
 from lab.registry import LOADERS, STORAGES
+from lab.workloads import load_spec
 
 SPEEDS = {"train_speedup": "training (end-to-end)", "step_speedup": "training step",
           "infer_speedup": "inference (batch 256)"}
@@ -56,7 +57,20 @@ st.title("Training-efficiency lab")
 st.caption("Which combination of techniques buys the most speed for the least accuracy, on *this* machine?")
 
 with st.sidebar:
-    workload = st.selectbox("Workload", list_workloads(), key="workload")
+    wl_spec = st.text_input("Add your workload", key="wl_spec", placeholder="path/to/file.py:NAME or module:NAME",
+                            help="A Workload, a function returning one, or a list (README: Bring your own workload). "
+                                 "LAB_WORKLOADS=SPEC[,SPEC] when starting the dashboard adds them for every session.")
+    if wl_spec.strip():
+        try:
+            st.caption("loaded: " + ", ".join(load_spec(wl_spec.strip())))
+        except ValueError as exc:
+            st.error(str(exc))
+    try:
+        workload_names = list_workloads()
+    except ValueError as exc:  # a broken LAB_WORKLOADS entry: say so, keep the built-ins usable
+        st.error(str(exc))
+        workload_names = ["ctr", "sequence", "vision"]
+    workload = st.selectbox("Workload", workload_names, key="workload")
     size = st.selectbox("Size", SIZES, index=SIZES.index("tiny"), key="size",
                         help="tiny: seconds per run; small: under a minute per run on 2 CPU cores; full: a GPU")
     mode = st.radio("Arms", ["recipe", "techniques"], key="mode", horizontal=True)

@@ -12,11 +12,16 @@ Definitions used by :func:`summarize` (one row per arm):
   a bootstrap 95 % CI. End-to-end = training loop + pruning fine-tune + QAT fine-tune, because a technique
   that needs extra training is not free. ``step_speedup`` is the per-step ratio (pooled measured steps,
   warm-up excluded) of the main training loop only.
-- ``infer_speedup``: baseline / arm median inference latency (``latency_key``, pooled samples).
+- ``infer_speedup``: baseline / arm median inference latency at the largest batch the runs stored
+  (``batch_N`` with N = min(eval batch, test rows); ``latency_key`` overrides), pooled samples.
 - ``acc_loss_pt``: 100 x (baseline - arm) of the primary metric (medians over runs), sign flipped for
-  lower-is-better metrics, so positive always means worse. ``noise_pt`` = 100 x the larger seed-to-seed
-  spread (IQR) of baseline and arm; ``within_noise`` when ``|acc_loss_pt| <= noise_pt``. With fewer than two
-  seeds there is no seed spread: ``noise_pt`` is NaN and ``within_noise`` None (unknown), never a false 0.
+  lower-is-better metrics, so positive always means worse. A lower-is-better metric (a loss, an error) is
+  not a fraction, so its delta stays in the metric's own units; ``loss_unit`` says which ("pt" or the metric
+  name). ``noise_pt`` = the larger seed-to-seed spread (IQR) of baseline and arm in the same unit;
+  ``within_noise`` when ``|acc_loss_pt| <= noise_pt``. With fewer than two seeds there is no seed spread:
+  ``noise_pt`` is NaN and ``within_noise`` None (unknown), never a false 0.
+- ``baseline_learned``: False when the baseline's runs carry the "did not learn" tag (its trained metric is
+  not clearly better than untrained or chance): every accuracy delta of that table is then meaningless.
 """
 
 from __future__ import annotations
@@ -42,8 +47,8 @@ COLUMNS = [
     "arm", "techniques", "status", "n_ok", "n_runs", "error", "train_time_s", "train_speedup",
     "train_speedup_lo", "train_speedup_hi", "step_speedup", "step_speedup_lo", "step_speedup_hi",
     "infer_speedup", "infer_speedup_lo", "infer_speedup_hi", "metric_name", "metric", "acc_loss_pt",
-    "noise_pt", "within_noise", "peak_memory_mb", "model_bytes", "size_ratio", "macs_per_sample",
-    "macs_ratio", "why", "hardware_id", "device_name", "torch_version", "threads",
+    "noise_pt", "loss_unit", "within_noise", "baseline_learned", "peak_memory_mb", "model_bytes", "size_ratio",
+    "macs_per_sample", "macs_ratio", "why", "hardware_id", "device_name", "torch_version", "threads",
 ]
 
 
@@ -180,19 +185,32 @@ def _pooled(results: Sequence[RunResult], get: Callable[[RunResult], list[float]
     return [x for r in results for x in get(r)]
 
 
+def _loss_scale(higher_is_better: bool) -> float:
+    """Points (x100) for a higher-is-better fraction (accuracy, AUC); the metric's own units otherwise."""
+    return 100.0 if higher_is_better else 1.0
+
+
 def _loss_pt(base: float | None, arm: float | None, higher_is_better: bool) -> float:
     if base is None or arm is None:
         return math.nan
-    return 100.0 * ((base - arm) if higher_is_better else (arm - base))
+    return _loss_scale(higher_is_better) * ((base - arm) if higher_is_better else (arm - base))
+
+
+def stored_latency_key(results: Sequence[RunResult]) -> str:
+    """The largest ``batch_N`` latency key the runs stored (a test split under 256 rows stores ``batch_<n>``)."""
+    keys = {k for r in results for k in r.latency_ms if k.startswith("batch_") and k[6:].isdigit()}
+    return max(keys, key=lambda k: int(k[6:]), default="batch_256")
 
 
 def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str, ...]] | None = None,
-              baseline: str = "baseline", latency_key: str = "batch_256") -> pd.DataFrame:
+              baseline: str = "baseline", latency_key: str | None = None) -> pd.DataFrame:
     """One row per arm (columns in ``COLUMNS``; see the module docstring for the definitions)."""
     import pandas as pd
 
     techniques = techniques or {}
     base_ok = [r for r in runs.get(baseline, []) if r.status == "ok"]
+    latency_key = latency_key or stored_latency_key(base_ok)
+    base_learned = not any("did not learn" in w for r in base_ok for w in r.why) if base_ok else None
     base_train = [end_to_end_train_s(r) for r in base_ok]
     base_steps = _pooled(base_ok, lambda r: r.measured_ms())
     base_lat = _pooled(base_ok, lambda r: r.latency_ms.get(latency_key, []))
@@ -226,7 +244,8 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
                 train_time_s=median([end_to_end_train_s(r) for r in ok]), train_speedup=ts, train_speedup_lo=tl,
                 train_speedup_hi=th, step_speedup=ss, step_speedup_lo=sl, step_speedup_hi=sh, infer_speedup=is_,
                 infer_speedup_lo=il, infer_speedup_hi=ih, metric_name=first.metric_name, metric=metric,
-                acc_loss_pt=loss, noise_pt=100.0 * max(noise) if noise else math.nan,
+                acc_loss_pt=loss, noise_pt=_loss_scale(first.higher_is_better) * max(noise) if noise else math.nan,
+                loss_unit="pt" if first.higher_is_better else first.metric_name, baseline_learned=base_learned,
                 peak_memory_mb=median(mem) if mem else None, model_bytes=mbytes,
                 size_ratio=mbytes / base_bytes if base_bytes else math.nan, macs_per_sample=macs,
                 macs_ratio=macs / base_macs if base_macs else math.nan,

@@ -243,6 +243,9 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
         effects = interaction_effects(df)
         if not effects.empty:
             print("\ninteractions:\n" + effects.round(3).to_string(index=False))
+    if (df["baseline_learned"] == False).any():  # noqa: E712 - a column of True / False / None
+        print("\nWARNING: the baseline did not learn (its metric is not clearly better than untrained or chance): "
+              "the accuracy deltas above mean nothing at this size; train longer or pick a larger size")
     best = best_under_budget(df, args.budget_pt)
     print(f"\nbest within {args.budget_pt:g} pt: "
           + (f"{best['arm']} {best['train_speedup']:.2f}x training" if best is not None else "none"))
@@ -279,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
+        if args.command in ("run", "ablate"):
+            from lab.workloads import list_workloads
+
+            list_workloads()  # loads LAB_WORKLOADS now: a broken entry is one line, even for a built-in run
         return COMMANDS[args.command](args)
     except SystemExit as exc:  # argparse's --help
         return int(exc.code or 0)

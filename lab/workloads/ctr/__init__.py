@@ -103,6 +103,7 @@ WORKLOAD = Workload(
     name="ctr",
     description="Click-through prediction (seed 000): DLRM/Wide&Deep on a Criteo-shaped click log with a "
     "planted model, so the best reachable AUC is known.",
+    chance=0.5,
     sizes=SIZES, make_data=_make_data, make_model=_make_model, loss=_loss, evaluate=_evaluate, metric_name="auc",
     fast_kernels=use_gather_kernels,
     prune_scopes=prune_scopes,

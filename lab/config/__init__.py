@@ -1,0 +1,168 @@
+"""Run configuration: one frozen dataclass per run, one nested config per technique family.
+
+Why a frozen, keyword-only dataclass: an ablation derives its arms with ``dataclasses.replace`` from one
+base config, so a config must be a value (hashable, comparable, serialisable) that cannot drift after it
+was validated. Every bad value fails here, early, with the field, the value and what is allowed, rather
+than deep inside a training loop minutes later.
+
+A family that is off keeps its no-op default (``loader="memory"``, ``dtype="fp32"``, ``method="none"``,
+``world_size=1``), so ``RunConfig()`` is the plain fp32 baseline. Names a user types (workloads, loaders,
+storage presets) are validated against their registries (:mod:`lab.registry`, :mod:`lab.workloads`), so a
+name that is accepted here is one that a technique package actually implements. What can only be checked
+against the machine (CUDA, a backend) is checked by :func:`lab.train.check` before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from lab.config.checks import check_choice, check_float, check_int, fail
+from lab.config.families import (
+    FAMILIES,
+    ComputeConfig,
+    DataConfig,
+    DDPConfig,
+    PrecisionConfig,
+    PruneConfig,
+    QuantConfig,
+)
+from lab.workloads import is_spec, list_workloads, load_spec, registered, spec_of
+
+SIZES = ("tiny", "small", "full")
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything that defines one training run. ``None`` for epochs/batch_size/lr means the workload's
+    default for the chosen size, so the same config works across sizes. ``workload`` is a registered name
+    or a spec (``module:NAME``, ``file.py:NAME``); a spec is loaded here, ``workload`` becomes the registered
+    name and ``workload_spec`` keeps the spec, so any process (a spawned DDP rank) can load it again."""
+
+    workload: str = "ctr"
+    workload_spec: str | None = None
+    size: str = "small"
+    epochs: int | None = None
+    max_steps: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    optimizer: str = "adam"
+    seed: int = 0
+    data_seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    warmup_steps: int = 3
+    eval_batch_size: int = 256
+    latency_repeats: int = 20
+    data: DataConfig = field(default_factory=DataConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+
+    def __post_init__(self) -> None:
+        self._resolve_workload()
+        # A registered name needs no lookup; anything else reads the registry now (user workloads, and
+        # LAB_WORKLOADS loaded on that first lookup, so a broken entry is reported by a run, not an import).
+        names = [] if isinstance(self.workload, str) and registered(self.workload) else list_workloads()
+        if not isinstance(self.workload, str) or (names and self.workload not in names):
+            fail("workload", self.workload, "registered workloads: " + ", ".join(names) + " (or a spec "
+                  "module:NAME / file.py:NAME; a workload registered from Python is unknown to new processes "
+                  "such as DDP ranks: give it as a spec or in LAB_WORKLOADS)")
+        check_choice("size", self.size, SIZES)
+        check_int("epochs", self.epochs, lo=1, hi=10_000, optional=True)
+        check_int("max_steps", self.max_steps, lo=1, optional=True)
+        check_int("batch_size", self.batch_size, lo=1, hi=1 << 20, optional=True)
+        check_float("lr", self.lr, lo=0.0, hi=10.0, lo_open=True, optional=True)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_int("seed", self.seed, lo=0, hi=2**32 - 1)
+        check_int("data_seed", self.data_seed, lo=0, hi=2**32 - 1)
+        if not isinstance(self.device, str) or not (
+                self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
+                and self.device[5:].isdigit()):
+            fail("device", self.device, "allowed: auto, cpu, cuda, cuda:N")
+        check_int("threads", self.threads, lo=1, hi=1024, optional=True)
+        check_int("warmup_steps", self.warmup_steps, lo=0, hi=10_000)
+        check_int("eval_batch_size", self.eval_batch_size, lo=1, hi=1 << 20)
+        check_int("latency_repeats", self.latency_repeats, lo=0, hi=100_000)
+        for name, cls in FAMILIES.items():
+            if not isinstance(getattr(self, name), cls):
+                fail(name, getattr(self, name), f"must be a {cls.__name__}")
+
+    def _resolve_workload(self) -> None:
+        """A spec in ``workload`` is loaded and replaced by the name it registers; a stored ``workload_spec``
+        is loaded when its workload is not registered in this process yet."""
+        if self.workload_spec is not None and not isinstance(self.workload_spec, str):
+            fail("workload_spec", self.workload_spec, "must be a spec string or None")
+        if isinstance(self.workload, str) and is_spec(self.workload):
+            spec, names = self.workload, load_spec(self.workload)
+            if len(names) != 1:
+                fail("workload", spec, f"the spec names {len(names)} workloads ({', '.join(names)}); name one "
+                      "Workload, or put the spec in LAB_WORKLOADS and pass --workload NAME")
+            object.__setattr__(self, "workload", names[0])  # frozen: set once, during validation
+            object.__setattr__(self, "workload_spec", spec)
+        elif self.workload_spec is not None and registered(self.workload) is None:
+            load_spec(self.workload_spec)
+        elif self.workload_spec is None and spec_of(self.workload) is not None:  # named, but from a spec:
+            object.__setattr__(self, "workload_spec", spec_of(self.workload))  # ranks must load it too
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-safe dict (tuples become lists); :meth:`from_dict` restores an equal config. An unset
+        ``workload_spec`` is left out, so configs (and the stored runs' hashes) read as before specs existed."""
+        d = json.loads(json.dumps(dataclasses.asdict(self)))
+        if d.get("workload_spec") is None:
+            d.pop("workload_spec", None)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """Inverse of :meth:`to_dict`. Unknown keys are an error, not silently dropped: a typo in a stored
+        or hand-written config would otherwise run the baseline and look like a result."""
+        d = dict(d)
+        kwargs: dict[str, Any] = {}
+        for name, fam_cls in FAMILIES.items():
+            if name in d:
+                kwargs[name] = _family_from_dict(name, fam_cls, d.pop(name))
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown RunConfig field(s): {', '.join(unknown)}")
+        return cls(**d, **kwargs)
+
+    def with_overrides(self, **changes: Any) -> RunConfig:
+        """``dataclasses.replace`` that also accepts dotted family fields: ``cfg.with_overrides(
+        **{"precision.dtype": "bf16"})``. Used by the CLI and ablation arms."""
+        top = {k: v for k, v in changes.items() if "." not in k}
+        per_family: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            if "." not in key:
+                continue
+            fam, attr = key.split(".", 1)
+            if fam not in FAMILIES:
+                raise ValueError(f"{key}: unknown family {fam!r}; families: {', '.join(FAMILIES)}")
+            if attr not in {f.name for f in fields(FAMILIES[fam])}:
+                raise ValueError(f"{key}: {fam} has no field {attr!r}")
+            per_family.setdefault(fam, {})[attr] = value
+        # One replace per family, so fields that must change together (method + amount) validate together.
+        for fam, attrs in per_family.items():
+            top[fam] = dataclasses.replace(top.get(fam, getattr(self, fam)), **attrs)
+        return dataclasses.replace(self, **top)
+
+    def enabled_families(self) -> list[str]:
+        """Names of the technique families this config switches on."""
+        return [name for name in FAMILIES if getattr(self, name).enabled]
+
+
+def _family_from_dict(name: str, cls: type, value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}={value!r} is invalid: must be a mapping of {cls.__name__} fields")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {name} field(s): {', '.join(unknown)}")
+    value = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    return cls(**value)

@@ -1,0 +1,229 @@
+"""One frozen config per technique family; a family that is off is its no-op default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lab.config.checks import check_bool, check_choice, check_float, check_int, fail
+from lab.registry import LOADERS, STORAGES
+
+
+class _Family:
+    """Shared behaviour of the per-family configs: a prefix for error messages and an on/off test."""
+
+    family: ClassVar[str] = ""
+
+    @property
+    def enabled(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _name(self, attr: str) -> str:
+        return f"{self.family}.{attr}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig(_Family):
+    """How batches reach the model. ``loader`` names a builder in :data:`lab.registry.LOADERS` (``memory``
+    slices in-memory tensors, the upper bound a loader can hit; ``dataloader`` is ``torch.utils.data.DataLoader``;
+    the others are the data-loading lab's, notebook 01); ``storage`` a preset in :data:`lab.registry.STORAGES`."""
+
+    family: ClassVar[str] = "data"
+
+    loader: str = "memory"
+    num_workers: int = 0
+    prefetch_factor: int | None = None
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    shuffle: bool = True
+    drop_last: bool = True
+    storage: str = "none"  # emulated storage preset (lab.registry.STORAGES); "none" = in-memory, no cost
+    prefetch_depth: int = 2  # batches the thread prefetcher may hold ahead of the training loop
+
+    def __post_init__(self) -> None:
+        check_choice(self._name("loader"), self.loader, LOADERS.names())
+        check_choice(self._name("storage"), self.storage, STORAGES.names())
+        check_int(self._name("prefetch_depth"), self.prefetch_depth, lo=1, hi=1024)
+        check_int(self._name("num_workers"), self.num_workers, lo=0, hi=64)
+        check_int(self._name("prefetch_factor"), self.prefetch_factor, lo=1, hi=1024, optional=True)
+        for attr in ("pin_memory", "persistent_workers", "shuffle", "drop_last"):
+            check_bool(self._name(attr), getattr(self, attr))
+        # These mirror DataLoader's own rules, but fail at config time with the field's name.
+        if self.prefetch_factor is not None and self.num_workers == 0:
+            fail(self._name("prefetch_factor"), self.prefetch_factor, "needs num_workers > 0")
+        if self.persistent_workers and self.num_workers == 0:
+            fail(self._name("persistent_workers"), True, "needs num_workers > 0")
+        if self.loader != "memory" and self.num_workers and not LOADERS.get(self.loader).worker_processes:
+            fail(self._name("num_workers"), self.num_workers,
+                  f"loader={self.loader!r} reads in the main process; worker processes need loader='dataloader'")
+        if self.loader == "memory" and self.storage != "none":
+            fail(self._name("storage"), self.storage, "the in-memory loader is the no-storage limit; use 'naive'")
+        if self.loader == "memory" and (self.num_workers or self.pin_memory):
+            fail(self._name("loader"), self.loader,
+                  "the in-memory loader has no workers or pinned memory; use loader='dataloader'")
+
+    @property
+    def enabled(self) -> bool:
+        return self.loader != "memory" or self.storage != "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionConfig(_Family):
+    """Numeric precision of the forward pass (autocast); ``fp32_modules`` names modules kept in fp32."""
+
+    family: ClassVar[str] = "precision"
+    DTYPES: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "auto")
+
+    dtype: str = "fp32"
+    fp32_modules: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_choice(self._name("dtype"), self.dtype, self.DTYPES)
+        if not isinstance(self.fp32_modules, tuple) or not all(isinstance(m, str) and m
+                                                               for m in self.fp32_modules):
+            fail(self._name("fp32_modules"), self.fp32_modules, "must be a tuple of module names or types")
+
+    @property
+    def enabled(self) -> bool:
+        return self.dtype != "fp32" or bool(self.fp32_modules)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneConfig(_Family):
+    """Weight pruning applied to the trained model (then optionally fine-tuned at ``lr * finetune_lr_factor``).
+
+    ``amount`` is the fraction of weights zeroed (unstructured) or of output channels removed per layer
+    (``structured_channels``, ranked by their L``norm`` norm). ``layers`` names modules or module types
+    (``"fc"``, ``"Conv2d"``); ``()`` means every prunable layer. ``gradual`` ramps sparsity with Zhu &
+    Gupta's cubic schedule from ``start_fraction`` to ``end_fraction`` of the training steps, updating the
+    masks every ``frequency_steps`` steps (unstructured methods only)."""
+
+    family: ClassVar[str] = "prune"
+    METHODS: ClassVar[tuple[str, ...]] = (
+        "none", "l1_unstructured", "global_unstructured", "random_unstructured", "structured_channels")
+    SCHEDULES: ClassVar[tuple[str, ...]] = ("oneshot", "gradual")
+
+    method: str = "none"
+    amount: float = 0.0
+    schedule: str = "oneshot"
+    finetune_epochs: int = 0
+    finetune_lr_factor: float = 0.1
+    layers: tuple[str, ...] = ()
+    norm: int = 1
+    start_fraction: float = 0.0
+    end_fraction: float = 0.75
+    frequency_steps: int = 10
+
+    def __post_init__(self) -> None:
+        check_choice(self._name("method"), self.method, self.METHODS)
+        check_float(self._name("amount"), self.amount, lo=0.0, hi=1.0, hi_open=True)
+        check_choice(self._name("schedule"), self.schedule, self.SCHEDULES)
+        check_int(self._name("finetune_epochs"), self.finetune_epochs, lo=0, hi=1000)
+        check_float(self._name("finetune_lr_factor"), self.finetune_lr_factor, lo=0.0, hi=10.0, lo_open=True)
+        if self.method != "none" and self.amount == 0.0:
+            fail(self._name("amount"), self.amount, f"must be > 0 when method={self.method!r}")
+        if not isinstance(self.layers, tuple) or not all(isinstance(m, str) and m for m in self.layers):
+            fail(self._name("layers"), self.layers, "must be a tuple of module names or types")
+        if isinstance(self.norm, bool) or not isinstance(self.norm, int) or self.norm not in (1, 2):
+            fail(self._name("norm"), self.norm, "allowed: 1, 2")
+        check_float(self._name("start_fraction"), self.start_fraction, lo=0.0, hi=1.0, hi_open=True)
+        check_float(self._name("end_fraction"), self.end_fraction, lo=0.0, hi=1.0, lo_open=True)
+        if self.end_fraction <= self.start_fraction:
+            fail(self._name("end_fraction"), self.end_fraction, f"must be > start_fraction={self.start_fraction}")
+        check_int(self._name("frequency_steps"), self.frequency_steps, lo=1, hi=1_000_000)
+        if self.schedule == "gradual" and self.method == "structured_channels":
+            fail(self._name("schedule"), self.schedule,
+                  "gradual is for unstructured methods; structured_channels removes channels once (oneshot)")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantConfig(_Family):
+    """Post-training (dynamic / static with calibration) or quantization-aware int8.
+
+    ``observer`` picks how static calibration sets activation ranges (QAT always uses moving-average
+    fake-quant); ``per_channel`` one weight scale per output channel instead of one per tensor (static and
+    QAT; dynamic int8 uses torch's per-tensor default, the one its LSTM kernel supports); QAT
+    fine-tunes ``qat_epochs`` at ``lr * qat_lr_factor`` after the float training."""
+
+    family: ClassVar[str] = "quant"
+    METHODS: ClassVar[tuple[str, ...]] = ("none", "dynamic", "static", "qat")
+    OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
+
+    method: str = "none"
+    calibration_batches: int = 16
+    backend: str = "auto"
+    observer: str = "histogram"
+    per_channel: bool = True
+    qat_epochs: int = 1
+    qat_lr_factor: float = 0.1
+
+    def __post_init__(self) -> None:
+        check_choice(self._name("method"), self.method, self.METHODS)
+        check_int(self._name("calibration_batches"), self.calibration_batches, lo=1, hi=100_000)
+        check_choice(self._name("backend"), self.backend, ("auto", "x86", "fbgemm", "qnnpack"))
+        check_choice(self._name("observer"), self.observer, self.OBSERVERS)
+        check_bool(self._name("per_channel"), self.per_channel)
+        check_int(self._name("qat_epochs"), self.qat_epochs, lo=1, hi=1000)
+        check_float(self._name("qat_lr_factor"), self.qat_lr_factor, lo=0.0, hi=10.0, lo_open=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPConfig(_Family):
+    """Data-parallel training: ranks, process-group backend, gradient bucketing and accumulation."""
+
+    family: ClassVar[str] = "ddp"
+    BACKENDS: ClassVar[tuple[str, ...]] = ("auto", "gloo", "nccl")
+
+    world_size: int = 1
+    backend: str = "auto"
+    bucket_cap_mb: float = 25.0
+    grad_accum_steps: int = 1
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        check_int(self._name("world_size"), self.world_size, lo=1, hi=4096)
+        check_choice(self._name("backend"), self.backend, self.BACKENDS)
+        check_float(self._name("bucket_cap_mb"), self.bucket_cap_mb, lo=0.0, hi=4096.0, lo_open=True)
+        check_int(self._name("grad_accum_steps"), self.grad_accum_steps, lo=1, hi=4096)
+        check_float(self._name("timeout_s"), self.timeout_s, lo=0.0, hi=86_400.0, lo_open=True)
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1 or self.grad_accum_steps > 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeConfig(_Family):
+    """How the same math is executed: ``fused_optimizer`` (one fused Adam/SGD kernel instead of a loop of
+    small ones), ``fast_kernels`` (a workload's faster implementation of the same model, e.g. the ctr model's
+    gather-based lookups instead of EmbeddingBag's sort-based backward) and ``compile`` (``torch.compile`` of
+    the training forward; its compile time counts in the training time). None of them changes the model's
+    parameters or the loss, so accuracy may differ only by float rounding."""
+
+    family: ClassVar[str] = "compute"
+
+    fused_optimizer: bool = False
+    fast_kernels: bool = False
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        for attr in ("fused_optimizer", "fast_kernels", "compile"):
+            check_bool(self._name(attr), getattr(self, attr))
+
+    @property
+    def enabled(self) -> bool:
+        return self.fused_optimizer or self.fast_kernels or self.compile
+
+
+FAMILIES: dict[str, type[_Family]] = {
+    "data": DataConfig, "precision": PrecisionConfig, "prune": PruneConfig, "quant": QuantConfig,
+    "ddp": DDPConfig, "compute": ComputeConfig,
+}
