@@ -244,7 +244,8 @@ with tab_data:
             samples, rows = {}, []
             dl_bar = st.progress(0.0, text="measuring")
             for i, name in enumerate(loaders):
-                data_cfg = DataConfig(loader=name, storage=storage, prefetch_depth=int(depth),
+                data_cfg = DataConfig(loader=name, storage=storage,
+                                      prefetch_depth=int(depth) if LOADERS[name].prefetch_depth else 2,
                                       num_workers=2 if LOADERS[name].worker_processes else 0)
                 res = run(RunConfig(workload=workload, size="tiny", threads=1, max_steps=int(dl_steps),
                                     latency_repeats=0, data=data_cfg), on_error="record")

@@ -166,16 +166,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
             elif event["phase"] == "eval" and bar is not None:
                 bar.close()
 
-    result = run(cfg, progress=progress, on_error="record")
-    if bar is not None:
-        bar.close()
-    if result.details.get("ddp", {}).get("rank", 0) != 0:  # under torchrun/srun rank 0 alone reports and stores
-        return 0 if result.status == "ok" else 1
-    stored = None
-    if not args.no_store:
-        with ResultStore(args.store) as store:
+    from lab.distributed import detect_launch
+
+    # Opened before training: a store that cannot be written is an error now, not after the run is done.
+    # Under torchrun / srun rank 0 alone reports and stores.
+    store = None if args.no_store or detect_launch().rank != 0 else ResultStore(args.store)
+    try:
+        result = run(cfg, progress=progress, on_error="record")
+        if bar is not None:
+            bar.close()
+        if result.details.get("ddp", {}).get("rank", 0) != 0:
+            return 0 if result.status == "ok" else 1
+        stored = None
+        if store is not None:
             store.add(result, label=args.label)
             stored = store.path
+    finally:
+        if store is not None:
+            store.close()
     if args.json:
         print(result.to_json())
     else:
@@ -184,9 +192,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from lab.store import ResultStore
+    from lab.store import ResultStore, default_store_path
 
-    with ResultStore(args.store) as store:
+    path = Path(args.store) if args.store else default_store_path()
+    if not path.exists():
+        print(f"no runs in {path} (no results database yet)")
+        return 0
+    with ResultStore(path, read_only=True) as store:
         df = store.load_runs(workload=args.workload, label=args.label)
         path = store.path
     if df.empty:
@@ -205,7 +217,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from lab.store import ResultStore
 
-    with ResultStore(args.store) as store:
+    with ResultStore(args.store, read_only=True) as store:  # a missing database is an error, not a new one
         path = store.export_csv(args.out)
         print(f"wrote {store.count()} runs to {path}")
     return 0
@@ -227,6 +239,10 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
         ablation = get_recipe(args.recipe)(base)
     if args.seeds < 1:
         raise UsageError(f"seeds={args.seeds} is invalid: allowed: >= 1")
+    if args.repeats < 1:
+        raise UsageError(f"repeats={args.repeats} is invalid: allowed: >= 1")
+    if not 0 <= args.budget_pt < float("inf"):  # also refuses nan
+        raise UsageError(f"budget-pt={args.budget_pt} is invalid: allowed: a finite number >= 0")
     with ResultStore(args.db) as store, tqdm(total=len(ablation.arms) * args.repeats * args.seeds,
                                               unit="run", file=sys.stderr) as bar:
         def progress(event: dict) -> None:

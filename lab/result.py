@@ -106,7 +106,7 @@ class RunResult:
     run_id: str  # uuid4 hex
     config: dict  # RunConfig.to_dict()
     env: dict  # environment_stamp()
-    status: str = "ok"  # "ok" | "error"
+    status: str = "ok"  # "ok" | "diverged" (trained, but the metric or the loss went the wrong way) | "error"
     error: str | None = None
     started_at: str = ""  # ISO-8601 UTC
     workload: str = ""

@@ -56,6 +56,38 @@ def default_store_path() -> Path:
     return cache / "lab" / "lab.sqlite"
 
 
+def _check_path(path: Path, read_only: bool) -> None:
+    """The path problems sqlite3 reports late or cryptically, as one line each."""
+    if path.is_dir():
+        raise ValueError(f"results store {path} is a folder; give a file path such as {path / 'lab.sqlite'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"results store {path}: {parent} is a file, not a folder")
+            break
+    if read_only:
+        if not path.is_file():
+            raise ValueError(f"no results database at {path} (nothing stored yet: `python -m lab run` stores runs)")
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"results store {path}: cannot create {path.parent}: {exc.strerror}") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"results store {path} is read-only; choose another path (--store or LAB_RESULTS_DB)")
+    if not path.exists() and not os.access(path.parent, os.W_OK):
+        raise ValueError(f"results store {path}: the folder {path.parent} is not writable")
+
+
+def _sqlite_reason(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return "the file is not a SQLite results database"
+    if "readonly" in text:
+        return "it is read-only"
+    return text
+
+
 def config_hash(config: dict[str, Any]) -> str:
     """sha256 of canonical JSON (sorted keys, compact, tuples as lists): equal configs -> equal hashes
     across processes and machines, which is what resume needs."""
@@ -76,25 +108,40 @@ class ResultStore:
     """Append-mostly store of RunResults. Thread-safe within a process (one connection behind a lock);
     several processes may read and write the same file (WAL + busy timeout)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout_s: float = 30.0,
+                 read_only: bool = False) -> None:
+        """Open (and, unless ``read_only``, create) the store. Every problem with the path (a folder, a
+        file that is not SQLite, no write permission, a parent that is a file, no database to read) is a
+        ``ValueError`` naming the path, raised here: a run opens its store before training, so a bad path
+        never costs a finished result."""
         self.path = Path(path) if path is not None else default_store_path()
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
         in_memory = str(self.path) == ":memory:"
         if not in_memory:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        # isolation_level=None: we issue BEGIN/COMMIT ourselves so each run is exactly one transaction.
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False
-        )
-        conn = self._conn
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-        if not in_memory:
-            conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        with self._transaction() as c:
-            for statement in filter(str.strip, _SCHEMA.split(";")):  # executescript would COMMIT early
-                c.execute(statement)
-            c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            _check_path(self.path, read_only)
+        try:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves so each run is exactly one transaction.
+            target, uri = (f"file:{self.path}?mode=ro", True) if read_only else (str(self.path), False)
+            self._conn = sqlite3.connect(target, timeout=timeout_s, isolation_level=None, check_same_thread=False,
+                                         uri=uri)
+            conn = self._conn
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            if read_only:
+                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # not a database -> an error here
+                return
+            if not in_memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            with self._transaction() as c:
+                for statement in filter(str.strip, _SCHEMA.split(";")):  # executescript would COMMIT early
+                    c.execute(statement)
+                c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as exc:
+            self.close()
+            raise ValueError(f"results store {self.path} cannot be {'read' if read_only else 'written'}: "
+                             f"{_sqlite_reason(exc)}") from None
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -235,9 +282,17 @@ class ResultStore:
         label: str | None = None,
         status: str | None = None,
     ) -> Path:
-        """Write ``load_runs(...)`` as CSV (for spreadsheets or another tool); returns the path."""
+        """Write ``load_runs(...)`` as CSV (for spreadsheets or another tool); returns the path. A target
+        that is a folder or cannot be written is a ``ValueError`` naming it, checked before reading."""
         out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.is_dir():
+            raise ValueError(f"export target {out} is a folder; give a file name such as {out / 'runs.csv'}")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "a"):
+                pass
+        except OSError as exc:
+            raise ValueError(f"export target {out} cannot be written: {exc.strerror}") from None
         self.load_runs(workload, label, status).to_csv(out, index=False)
         return out
 

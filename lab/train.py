@@ -24,6 +24,7 @@ from lab.context import TrainContext, before_training, install_doors, prepare, r
 from lab.loop import ProgressFn, to_device
 from lab.measure import count_macs, count_nonzero_params, count_params, inference_latency_ms, serialized_size_bytes
 from lab.result import RunResult
+from lab.workloads.contract import check_contract
 
 #: Technique packages in the order their doors apply: data builds the loader that distributed slices;
 #: compute swaps in fast kernels before pruning sees the model; pruning before quantization; DDP wraps last.
@@ -54,6 +55,7 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
     if cfg.ddp.world_size > 1 and not distributed.detect_launch().distributed:
         return distributed.spawn_run(cfg, run)  # one process per rank, each comes back here under the launcher
     with prepare(cfg, progress=progress) as ctx:
+        preflight(ctx)  # what needs the data or the model: refused before training, never an error row
         try:
             _train_and_measure(ctx)
         except Exception as exc:
@@ -63,6 +65,34 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
             ctx.result.error = f"{type(exc).__name__}: {exc}"
             ctx.result.details["traceback"] = traceback.format_exc(limit=8)
     return ctx.result
+
+
+def preflight(ctx: TrainContext) -> None:
+    """Checks that need the data or a model, before any training: the workload contract on a few rows,
+    the batch against the train split, the warm-up against the steps, and each technique's model-dependent
+    names (its optional ``preflight(ctx, model)`` verb). A fresh model is built for it (and thrown away: the run
+    builds its own from the same seed)."""
+    cfg, r = ctx.cfg, ctx.resolved
+    model = ctx.new_model()
+    check_contract(r.workload, ctx.data, model, ctx.device)
+    n_train = len(ctx.data.train[0])
+    if cfg.data.drop_last and r.batch_size > n_train:
+        raise ValueError(f"batch_size={r.batch_size} is invalid: larger than the train split ({n_train} rows) "
+                         "with data.drop_last; lower --batch-size")
+    accum = cfg.ddp.grad_accum_steps
+    total = r.epochs * (len(ctx.make_loader()) // accum)
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
+    if total < 1:
+        raise ValueError(f"the run would take no step ({r.epochs} epoch(s) of {len(ctx.make_loader())} batches, "
+                         f"grad_accum_steps={accum}); lower --batch-size or --ddp-grad-accum-steps")
+    if cfg.warmup_steps >= total:
+        raise ValueError(f"warmup_steps={cfg.warmup_steps} is invalid: the run takes {total} step(s), so no step "
+                         "would be measured; lower --warmup-steps or train longer")
+    for door in DOORS:
+        door_preflight = getattr(door, "preflight", None)
+        if door_preflight is not None:
+            door_preflight(ctx, model)
 
 
 def _train_and_measure(ctx: TrainContext) -> None:
@@ -106,11 +136,19 @@ def _train_and_measure(ctx: TrainContext) -> None:
     after = ctx.evaluate(model)
     result.metrics = after
     result.metric = after[wl.metric_name]
+    if result.metric != result.metric:
+        raise FloatingPointError(f"{wl.metric_name} is NaN after training: check evaluate() and the test split")
     if not (cfg.prune.enabled or cfg.quant.enabled):  # the model evaluated is the one training produced
-        why = learning_why(result.metric, result.metric_before, wl.chance, wl.higher_is_better, wl.metric_name,
-                           baseline=not cfg.enabled_families())
-        if why:
-            result.why.append(why)
+        capped = stats.steps < r.epochs * (steps_per_epoch // cfg.ddp.grad_accum_steps)
+        diverged = divergence_why(result, wl.chance, wl.higher_is_better, r.lr, capped=capped)
+        if diverged:
+            result.status, result.error = "diverged", diverged
+            result.why.append(diverged)
+        else:
+            why = learning_why(result.metric, result.metric_before, wl.chance, wl.higher_is_better, wl.metric_name,
+                               baseline=not cfg.enabled_families())
+            if why:
+                result.why.append(why)
     if progress:
         progress({"phase": "eval", "metrics": after})
 
@@ -121,6 +159,29 @@ def _train_and_measure(ctx: TrainContext) -> None:
 
 #: "Clearly better": the trained metric must beat the reference (untrained model, or chance) by 2 % of it.
 LEARNED_MARGIN = 0.02
+#: A loss that ends this many times above where it started has diverged.
+LOSS_RISE_FACTOR = 10.0
+
+
+def divergence_why(result: RunResult, chance: float | None, higher_is_better: bool, lr: float, *,
+                   capped: bool = False) -> str | None:
+    """Why a finished run is not a result: its loss rose by :data:`LOSS_RISE_FACTOR` (median of the last
+    quarter of steps against the first), or, for a run that trained its full schedule (not ``capped`` by
+    ``max_steps``: a speed probe of a few steps is not expected to learn), its metric ended at or below the
+    untrained model's (or chance). ``None`` when it trained."""
+    losses = result.losses
+    if len(losses) >= 8:
+        q = max(2, len(losses) // 4)
+        first, last = sorted(losses[:q])[q // 2], sorted(losses[-q:])[q // 2]
+        if first > 0 and last > LOSS_RISE_FACTOR * first:
+            return f"diverged: the loss rose from {first:.4g} to {last:.4g} (lr={lr:g}): lower the lr"
+    refs = [x for x in (result.metric_before, chance) if x is not None and x == x]
+    if refs and result.metric is not None and not capped:
+        ref = max(refs) if higher_is_better else min(refs)
+        if (result.metric <= ref) if higher_is_better else (result.metric >= ref):
+            return (f"diverged: {result.metric_name} {result.metric:.4g} is no better than untrained / chance "
+                    f"({ref:.4g}) after training (lr={lr:g}): lower the lr, or train longer")
+    return None
 
 
 def learning_why(metric: float, before: float | None, chance: float | None, higher_is_better: bool, name: str,

@@ -61,12 +61,31 @@ def test_family_flags_reach_the_config():
     from lab.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(["run", "--loader", "dataloader", "--num-workers", "2", "--pin-memory",
-                                      "--prefetch-factor", "4", "--threads", "1", "--ddp-timeout-s", "30",
+                                      "--prefetch-factor", "4", "--threads", "1", "--world-size", "2", "--ddp-timeout-s", "30",
                                       "--precision-fp32-modules", "fc,emb", "--epochs", "none"])
     cfg = config_from_args(args)
     assert cfg.data.loader == "dataloader" and cfg.data.num_workers == 2 and cfg.data.pin_memory
     assert cfg.data.prefetch_factor == 4 and cfg.threads == 1 and cfg.ddp.timeout_s == 30.0
     assert cfg.precision.fp32_modules == ("fc", "emb") and cfg.epochs is None
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--prune-amount", "0.5"], "prune.amount=0.5 is invalid: needs prune.method (--prune)"),
+    (["--prune-layers", "nosuch"], "prune.layers=('nosuch',) is invalid: needs prune.method"),
+    (["--quant-calibration-batches", "8"], "quant.calibration_batches=8 is invalid: needs quant.method"),
+    (["--ddp-backend", "gloo"], "ddp.backend='gloo' is invalid: needs ddp.world_size > 1"),
+    (["--data-prefetch-depth", "4"], "data.prefetch_depth=4 is invalid"),
+    (["--loader", "naive", "--data-prefetch-depth", "4"], "holds no prefetch queue"),
+    (["--loader", "thread", "--pin-memory"], "does not pin"),
+    (["--max-steps", "2", "--warmup-steps", "50"], "no step would be measured"),
+    (["--threads", "100000"], "threads=100000 is invalid"),
+], ids=lambda v: "_".join(v) if isinstance(v, list) else None)
+def test_a_flag_that_would_be_ignored_is_one_line_and_exit_2(argv, needle, capsys):
+    from lab.cli import main
+
+    assert main(["run", "--workload", "ctr", "--size", "tiny", "--no-store", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and "Traceback" not in err
 
 
 def test_python_dash_m_lab_end_to_end(tmp_path):

@@ -173,3 +173,22 @@ def test_performance_report_page_without_reports_says_how_to_make_one(tmp_path, 
     assert not at.exception, at.exception
     assert any("make bench-quick" in info.value and "benchmarks/gpu.sh" in info.value for info in at.info)
     assert "report_chart" not in _chart_ids(at)
+
+
+def test_a_workload_spec_typed_in_the_sidebar_joins_the_list(tmp_path):
+    path = tmp_path / "dash_mine.py"
+    path.write_text(
+        "from torch import nn\nfrom lab.workloads import Datasets, SizeSpec, Workload\nimport torch\n"
+        "def make():\n"
+        "    s = SizeSpec(n_train=64, n_test=32, batch_size=16, epochs=1, lr=0.01)\n"
+        "    d = lambda spec, seed: Datasets(train=(torch.randn(64, 3), torch.randint(0, 2, (64,))),\n"
+        "                                    test=(torch.randn(32, 3), torch.randint(0, 2, (32,))))\n"
+        "    return Workload(name='dash_mine', description='x', sizes=s, make_data=d,\n"
+        "                    make_model=lambda spec: nn.Linear(3, 2), loss=nn.functional.cross_entropy,\n"
+        "                    evaluate=lambda o, y: {'accuracy': float((o.argmax(1) == y).float().mean())},\n"
+        "                    metric_name='accuracy')\n")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.text_input(key="wl_spec").set_value(f"{path}:make").run()
+    assert not at.exception and "dash_mine" in at.selectbox(key="workload").options
+    at.text_input(key="wl_spec").set_value(f"{tmp_path}/nope.py:make").run()
+    assert not at.exception and any("cannot be loaded" in e.value for e in at.error)

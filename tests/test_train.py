@@ -85,7 +85,7 @@ def test_user_registered_workload_runs_through_run(toy_workload):
 
 def test_threads_are_restored(toy_workload):
     before = torch.get_num_threads()
-    run(RunConfig(workload="toy", size="tiny", threads=1, max_steps=2, latency_repeats=0))
+    run(RunConfig(workload="toy", size="tiny", threads=1, max_steps=2, warmup_steps=1, latency_repeats=0))
     assert torch.get_num_threads() == before
 
 

@@ -103,7 +103,7 @@ def test_the_cli_runs_a_file_spec_and_lab_workloads_reaches_a_new_process(user_f
 
 def test_ddp_ranks_load_the_spec_themselves(user_file):
     path, _ = user_file
-    res = run(RunConfig(workload=f"{path}:make", size="tiny", max_steps=3, latency_repeats=0,
+    res = run(RunConfig(workload=f"{path}:make", size="tiny", max_steps=3, warmup_steps=1, latency_repeats=0,
                         threads=1).with_overrides(**{"ddp.world_size": 2, "ddp.timeout_s": 60}))
     assert res.status == "ok" and res.details["ddp"]["world_size"] == 2
 
@@ -150,17 +150,46 @@ class _Scalars(Dataset):
         return torch.tensor(float(i))
 
 
-def test_a_baseline_that_does_not_learn_is_tagged_and_the_table_says_so(toy_workload):
+def test_a_run_that_does_not_train_is_diverged_and_fails_its_arm(toy_workload):
     frozen = dataclasses.replace(toy_workload, name="toy_frozen", chance=0.5,
                                  sizes=SizeSpec(n_train=512, n_test=256, batch_size=32, epochs=1, lr=1e-9))
     register_workload(frozen, overwrite=True)
     res = run(RunConfig(workload="toy_frozen", size="tiny", latency_repeats=0))
-    assert any(w.startswith("baseline did not learn: accuracy") for w in res.why), res.why
-    df = summarize({"baseline": [res], "same": [res]})
-    assert (df["baseline_learned"] == False).all()  # noqa: E712
+    assert res.status == "diverged" and "lr=1e-09" in res.error and res.error in res.why
     learned = run(RunConfig(workload="toy", size="tiny", latency_repeats=0))
-    assert not any("did not learn" in w for w in learned.why)
-    assert summarize({"baseline": [learned], "b": [learned]})["baseline_learned"].all()
+    assert learned.status == "ok" and not any("did not learn" in w for w in learned.why)
+    df = summarize({"baseline": [learned], "frozen": [res]}).set_index("arm")
+    assert df.loc["frozen", "status"] == "error" and "diverged" in df.loc["frozen", "error"]
+    # a speed probe capped by max_steps is not expected to learn: no divergence, at most a tag
+    capped = run(RunConfig(workload="toy_frozen", size="tiny", max_steps=4, warmup_steps=1, latency_repeats=0))
+    assert capped.status == "ok"
+
+
+def test_learning_and_divergence_rules():
+    from lab.result import RunResult
+    from lab.train import divergence_why, learning_why
+
+    assert learning_why(0.505, 0.5, None, True, "auc", baseline=True).startswith("baseline did not learn: auc")
+    assert learning_why(0.60, 0.5, 0.5, True, "auc", baseline=True) is None
+    assert learning_why(0.99, 1.0, None, False, "mse", baseline=False).startswith("run did not learn")
+    assert learning_why(0.5, 1.0, None, False, "mse", baseline=False) is None
+    rising = RunResult(run_id="x", config={}, env={}, metric_name="auc", metric=0.7, metric_before=0.5,
+                       losses=[0.7] * 8 + [9.0] * 8)
+    assert "loss rose from 0.7 to 9 (lr=10)" in divergence_why(rising, None, True, 10.0)
+    fine = dataclasses.replace(rising, losses=[0.7] * 16)
+    assert divergence_why(fine, None, True, 1e-3) is None
+    assert "no better than untrained" in divergence_why(dataclasses.replace(fine, metric=0.5), None, True, 1e-3)
+
+
+def test_a_baseline_tagged_did_not_learn_marks_the_whole_table():
+    from lab.result import RunResult
+
+    base = RunResult(run_id="a", config={"seed": 0}, env={}, metric_name="auc", metric=0.505, train_time_s=1.0,
+                     why=["baseline did not learn: auc 0.505 vs untrained 0.5"])
+    arm = dataclasses.replace(base, run_id="b", why=[])
+    df = summarize({"baseline": [base], "arm": [arm]})
+    assert (df["baseline_learned"] == False).all()  # noqa: E712
+    assert summarize({"baseline": [arm], "b": [arm]})["baseline_learned"].all()
 
 
 def _mse(out, y):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -86,7 +87,13 @@ class RunConfig:
                 and self.device[5:].isdigit()):
             fail("device", self.device, "allowed: auto, cpu, cuda, cuda:N")
         check_int("threads", self.threads, lo=1, hi=1024, optional=True)
+        cores = os.cpu_count() or 1
+        if self.threads is not None and self.threads > cores:  # refused, not warned: it would skew every timing
+            fail("threads", self.threads, f"must be <= the {cores} cores of this machine (more threads than "
+                 "cores oversubscribe them and every timing measures the contention)")
         check_int("warmup_steps", self.warmup_steps, lo=0, hi=10_000)
+        if self.max_steps is not None and self.warmup_steps >= self.max_steps:
+            fail("warmup_steps", self.warmup_steps, f"must be < max_steps={self.max_steps}: no step would be measured")
         check_int("eval_batch_size", self.eval_batch_size, lo=1, hi=1 << 20)
         check_int("latency_repeats", self.latency_repeats, lo=0, hi=100_000)
         for name, cls in FAMILIES.items():
@@ -122,6 +129,8 @@ class RunConfig:
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         """Inverse of :meth:`to_dict`. Unknown keys are an error, not silently dropped: a typo in a stored
         or hand-written config would otherwise run the baseline and look like a result."""
+        if not isinstance(d, dict):
+            raise ValueError(f"RunConfig.from_dict needs a mapping of RunConfig fields, got {type(d).__name__}")
         d = dict(d)
         kwargs: dict[str, Any] = {}
         for name, fam_cls in FAMILIES.items():
@@ -137,6 +146,10 @@ class RunConfig:
         """``dataclasses.replace`` that also accepts dotted family fields: ``cfg.with_overrides(
         **{"precision.dtype": "bf16"})``. Used by the CLI and ablation arms."""
         top = {k: v for k, v in changes.items() if "." not in k}
+        unknown = sorted(set(top) - {f.name for f in fields(self)})
+        if unknown:
+            raise ValueError(f"unknown RunConfig field(s): {', '.join(unknown)}; fields: "
+                             + ", ".join(f.name for f in fields(self)))
         per_family: dict[str, dict[str, Any]] = {}
         for key, value in changes.items():
             if "." not in key:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar
 
 from lab.config.checks import check_bool, check_choice, check_float, check_int, fail
@@ -10,9 +10,14 @@ from lab.registry import LOADERS, STORAGES
 
 
 class _Family:
-    """Shared behaviour of the per-family configs: a prefix for error messages and an on/off test."""
+    """Shared behaviour of the per-family configs: a prefix for error messages, an on/off test, and the
+    rule that a family flag given while its family is off is an error (it would be silently ignored)."""
 
     family: ClassVar[str] = ""
+    #: What switches the family on, for the "needs ..." message.
+    SWITCH: ClassVar[str] = ""
+    #: Fields that still mean something while the family is off.
+    OFF_OK: ClassVar[tuple[str, ...]] = ()
 
     @property
     def enabled(self) -> bool:  # pragma: no cover - overridden
@@ -20,6 +25,15 @@ class _Family:
 
     def _name(self, attr: str) -> str:
         return f"{self.family}.{attr}"
+
+    def _refuse_when_off(self) -> None:
+        if self.enabled:
+            return
+        for f in fields(self):  # type: ignore[arg-type]
+            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            if f.name not in self.OFF_OK and getattr(self, f.name) != default:
+                fail(self._name(f.name), getattr(self, f.name),
+                     f"needs {self.SWITCH}: the family is off, so the value would be silently ignored")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +43,8 @@ class DataConfig(_Family):
     the others are the data-loading lab's, notebook 01); ``storage`` a preset in :data:`lab.registry.STORAGES`."""
 
     family: ClassVar[str] = "data"
+    SWITCH: ClassVar[str] = "data.loader other than 'memory' (--loader)"
+    OFF_OK: ClassVar[tuple[str, ...]] = ("shuffle", "drop_last")  # the in-memory loader honours both
 
     loader: str = "memory"
     num_workers: int = 0
@@ -61,6 +77,13 @@ class DataConfig(_Family):
         if self.loader == "memory" and (self.num_workers or self.pin_memory):
             fail(self._name("loader"), self.loader,
                   "the in-memory loader has no workers or pinned memory; use loader='dataloader'")
+        spec = LOADERS.get(self.loader)
+        if self.prefetch_depth != 2 and not spec.prefetch_depth:
+            fail(self._name("prefetch_depth"), self.prefetch_depth,
+                 f"loader={self.loader!r} holds no prefetch queue; it needs loader='thread' or 'device_prefetch'")
+        if self.pin_memory and not spec.worker_processes:
+            fail(self._name("pin_memory"), True, f"loader={self.loader!r} does not pin; use loader='dataloader'")
+        self._refuse_when_off()
 
     @property
     def enabled(self) -> bool:
@@ -99,6 +122,7 @@ class PruneConfig(_Family):
     masks every ``frequency_steps`` steps (unstructured methods only)."""
 
     family: ClassVar[str] = "prune"
+    SWITCH: ClassVar[str] = "prune.method (--prune)"
     METHODS: ClassVar[tuple[str, ...]] = (
         "none", "l1_unstructured", "global_unstructured", "random_unstructured", "structured_channels")
     SCHEDULES: ClassVar[tuple[str, ...]] = ("oneshot", "gradual")
@@ -134,6 +158,7 @@ class PruneConfig(_Family):
         if self.schedule == "gradual" and self.method == "structured_channels":
             fail(self._name("schedule"), self.schedule,
                   "gradual is for unstructured methods; structured_channels removes channels once (oneshot)")
+        self._refuse_when_off()
 
     @property
     def enabled(self) -> bool:
@@ -150,6 +175,7 @@ class QuantConfig(_Family):
     fine-tunes ``qat_epochs`` at ``lr * qat_lr_factor`` after the float training."""
 
     family: ClassVar[str] = "quant"
+    SWITCH: ClassVar[str] = "quant.method (--quant)"
     METHODS: ClassVar[tuple[str, ...]] = ("none", "dynamic", "static", "qat")
     OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
 
@@ -169,6 +195,7 @@ class QuantConfig(_Family):
         check_bool(self._name("per_channel"), self.per_channel)
         check_int(self._name("qat_epochs"), self.qat_epochs, lo=1, hi=1000)
         check_float(self._name("qat_lr_factor"), self.qat_lr_factor, lo=0.0, hi=10.0, lo_open=True)
+        self._refuse_when_off()
 
     @property
     def enabled(self) -> bool:
@@ -180,6 +207,7 @@ class DDPConfig(_Family):
     """Data-parallel training: ranks, process-group backend, gradient bucketing and accumulation."""
 
     family: ClassVar[str] = "ddp"
+    SWITCH: ClassVar[str] = "ddp.world_size > 1 (--world-size) or ddp.grad_accum_steps > 1"
     BACKENDS: ClassVar[tuple[str, ...]] = ("auto", "gloo", "nccl")
 
     world_size: int = 1
@@ -194,6 +222,7 @@ class DDPConfig(_Family):
         check_float(self._name("bucket_cap_mb"), self.bucket_cap_mb, lo=0.0, hi=4096.0, lo_open=True)
         check_int(self._name("grad_accum_steps"), self.grad_accum_steps, lo=1, hi=4096)
         check_float(self._name("timeout_s"), self.timeout_s, lo=0.0, hi=86_400.0, lo_open=True)
+        self._refuse_when_off()
 
     @property
     def enabled(self) -> bool:

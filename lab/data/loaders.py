@@ -62,6 +62,7 @@ class LoaderSpec:
     build: Callable[..., object]  # (tensors, sampler, DataConfig, device) -> loader
     worker_processes: bool = False
     description: str = ""
+    prefetch_depth: bool = False  # reads data.prefetch_depth (a bounded prefetch queue)
 
 
 def _dataloader(tensors, sampler, cfg: DataConfig, device):  # noqa: ANN001, ANN202 - a LoaderSpec.build
@@ -79,9 +80,10 @@ _BUILT_IN = {
     "memory": LoaderSpec(lambda t, s, cfg, dev: InMemoryLoader(t, s), description="slices of in-memory tensors"),
     "dataloader": LoaderSpec(_dataloader, worker_processes=True, description="torch.utils.data.DataLoader"),
     "naive": LoaderSpec(lambda t, s, cfg, dev: NaiveLoader(t, s, cfg.storage), description="one read per batch"),
-    "thread": LoaderSpec(_thread, description="bounded background-thread prefetch"),
+    "thread": LoaderSpec(_thread, description="bounded background-thread prefetch", prefetch_depth=True),
     "device_prefetch": LoaderSpec(lambda t, s, cfg, dev: DevicePrefetcher(_thread(t, s, cfg, dev), dev),
-                                  description="thread prefetch + copy to the GPU on a side CUDA stream"),
+                                  description="thread prefetch + copy to the GPU on a side CUDA stream",
+                                  prefetch_depth=True),
 }
 for _name, _spec in _BUILT_IN.items():
     LOADERS.register(_name, _spec, overwrite=True)  # overwrite: importlib.reload stays idempotent

@@ -1,0 +1,76 @@
+"""The workload contract, checked on a few rows before any training: one message that names the workload,
+the split, the tensor and what was expected, instead of a torch traceback minutes into a run.
+
+The contract: ``Datasets`` splits are ``(input_1, ..., input_k, target)`` with at least one row;
+``model(*inputs)`` runs on a batch; ``loss(outputs, target)`` is a finite scalar; class labels (integer
+targets against ``[batch, classes]`` outputs) lie in ``0 .. classes - 1``; ``evaluate(outputs, target)``
+returns a dict holding ``metric_name``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import Datasets, Workload
+
+#: Rows the checks run on: enough for a metric, few enough to cost nothing.
+CHECK_ROWS = 64
+
+
+def _describe(t: torch.Tensor) -> str:
+    shape = "x".join(str(d) for d in t.shape) or "scalar"
+    text = f"[{shape}] {str(t.dtype).replace('torch.', '')}"
+    if t.numel() and not t.is_floating_point() and not t.is_complex():
+        text += f" in [{int(t.min())}, {int(t.max())}]"
+    return text
+
+
+def _fail(wl: Workload, what: str, exc: BaseException | None = None) -> None:
+    reason = f": {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}" if exc else ""
+    raise ValueError(f"workload {wl.name!r}: {what}{reason}")
+
+
+@torch.no_grad()
+def check_contract(wl: Workload, data: Datasets, model: nn.Module, device: torch.device) -> None:
+    """Raise one ``ValueError`` for the first broken part of the contract (the model is left as it was)."""
+    for split in ("train", "test"):
+        if len(getattr(data, split)[0]) == 0:
+            _fail(wl, f"the {split} split is empty (make_data returned 0 rows)")
+    was_training = model.training
+    model.eval()
+    try:
+        outs = {}
+        for split in ("train", "test"):
+            tensors = getattr(data, split)
+            inputs = tuple(t[:CHECK_ROWS].to(device) for t in tensors[:-1])
+            try:
+                outs[split] = model(*inputs)
+            except Exception as exc:
+                _fail(wl, f"the model cannot take a batch of the {split} split (inputs "
+                      + ", ".join(_describe(t) for t in inputs) + ")", exc)
+            if not isinstance(outs[split], torch.Tensor):
+                _fail(wl, f"the model returned {type(outs[split]).__name__}, expected one tensor of outputs")
+        out, target = outs["train"], data.train[-1][:CHECK_ROWS].to(device)
+        full_target = torch.cat([data.train[-1], data.test[-1]])
+        if (out.dim() == 2 and out.shape[1] > 1 and not full_target.is_floating_point()
+                and full_target.numel() and (int(full_target.min()) < 0 or int(full_target.max()) >= out.shape[1])):
+            _fail(wl, f"labels lie in [{int(full_target.min())}, {int(full_target.max())}] but the model outputs "
+                  f"{out.shape[1]} classes (expected labels 0..{out.shape[1] - 1})")
+        try:
+            loss = wl.loss(out, target)
+        except Exception as exc:
+            _fail(wl, f"loss(outputs {_describe(out)}, target {_describe(target)}) fails on a train batch", exc)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            _fail(wl, f"loss must return a scalar tensor, got {type(loss).__name__}"
+                  + (f" of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else ""))
+        try:
+            metrics = wl.evaluate(outs["test"].float().cpu(), data.test[-1][:CHECK_ROWS])
+        except Exception as exc:
+            _fail(wl, f"evaluate(outputs {_describe(outs['test'])}, target {_describe(data.test[-1][:CHECK_ROWS])}) "
+                  "fails on test rows", exc)
+        if not isinstance(metrics, dict) or wl.metric_name not in metrics:
+            keys = sorted(metrics) if isinstance(metrics, dict) else type(metrics).__name__
+            _fail(wl, f"evaluate() returned {keys} without its metric_name {wl.metric_name!r}")
+    finally:
+        model.train(was_training)
