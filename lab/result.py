@@ -127,7 +127,8 @@ class RunResult:
     param_count: int = 0
     nonzero_params: int = 0
     model_bytes: int = 0
-    macs_per_sample: int = 0
+    macs_per_sample: int = 0  # all multiply-accumulates of one sample's forward (fp32 + int8)
+    int8_macs_per_sample: int = 0  # of which quantized layers run in int8 (the rest is fp32)
     # {"batch_1": [...], "batch_256": [...]} inference latency samples
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
     why: list[str] = field(default_factory=list)  # "why" tags (e.g. "no native bf16 on this CPU")
@@ -261,6 +262,7 @@ class RunResult:
             "sparsity": sparsity,
             "model_bytes": self.model_bytes,
             "macs_per_sample": self.macs_per_sample,
+            "int8_macs_per_sample": self.int8_macs_per_sample,
             "final_loss": self.losses[-1] if self.losses else None,
             "why": "; ".join(self.why),
         }
@@ -310,8 +312,9 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
                      f"{_fmt_value(result.throughput_samples_per_s, ' samples/s', 5)}   data-wait "
                      f"{100 * result.data_wait_fraction:.1f}%")
         lines.append(f"  step phases (median ms): {breakdown}")
+    int8 = f" ({result.int8_macs_per_sample:,} int8)" if result.int8_macs_per_sample else ""
     lines.append(f"  params {result.param_count:,} (non-zero {result.nonzero_params:,})   size "
-                 f"{result.model_bytes / 1e6:.3f} MB   MACs/sample {result.macs_per_sample:,}   peak memory "
+                 f"{result.model_bytes / 1e6:.3f} MB   MACs/sample {result.macs_per_sample:,}{int8}   peak memory "
                  f"{_fmt_value(result.peak_memory_mb, ' MB')} ({result.memory_kind})")
     if result.latency_ms:
         lines.append("  inference latency (median): " + "  ".join(

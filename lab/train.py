@@ -22,7 +22,14 @@ from lab import compute, data, distributed, precision, pruning, quant
 from lab.config import RunConfig
 from lab.context import TrainContext, before_training, install_doors, prepare, resolve_device
 from lab.loop import ProgressFn, to_device
-from lab.measure import count_macs, count_nonzero_params, count_params, inference_latency_ms, serialized_size_bytes
+from lab.measure import (
+    count_macs_by_dtype,
+    count_nonzero_params,
+    count_params,
+    inference_latency_ms,
+    serialized_size_bytes,
+    weights_used_per_sample_guard,
+)
 from lab.result import RunResult
 from lab.workloads.contract import check_contract
 
@@ -210,7 +217,12 @@ def _measure_model(ctx: TrainContext, model: nn.Module) -> None:
     result.param_count = count_params(model)
     result.nonzero_params = count_nonzero_params(model)
     result.model_bytes = serialized_size_bytes(model)
-    result.macs_per_sample = count_macs(model, to_device(one, device))
+    by_dtype = count_macs_by_dtype(model, to_device(one, device))
+    result.macs_per_sample = by_dtype["fp32"] + by_dtype["int8"]
+    result.int8_macs_per_sample = by_dtype["int8"]
+    undercounted = weights_used_per_sample_guard(model, result.macs_per_sample)
+    if undercounted:  # a count that cannot be right is said, not silently reported
+        result.why.append(undercounted)
     if cfg.latency_repeats:
         n = min(cfg.eval_batch_size, len(test[0]))
         many = tuple(t[:n] for t in test[:-1])

@@ -126,7 +126,8 @@ def test_rnn_without_low_precision_kernel_runs_in_fp32_and_is_reported():
 def test_sequence_lstm_does_not_crash_under_cpu_autocast(dtype):
     # Whether this CPU has a low-precision LSTM or not, the run must finish; if the LSTM was moved to fp32,
     # the report must say so and show fp32 outputs.
-    r = run(RunConfig(workload="sequence", size="tiny", max_steps=3, warmup_steps=1, threads=1, latency_repeats=0, device="cpu",
+    r = run(RunConfig(workload="sequence", size="tiny", max_steps=3, warmup_steps=1, threads=1, latency_repeats=0,
+                      device="cpu",
                       precision=PrecisionConfig(dtype=dtype)))
     train = r.details["precision"]["phases"]["train"]
     lstm = next(row for row in train["layer_dtypes"] if row["module"] == "lstm")

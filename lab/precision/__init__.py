@@ -48,6 +48,11 @@ def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
 
     def record(_stats: Any) -> None:
         ctx.result.details.setdefault("precision", {}).setdefault("phases", {})[plan.phase] = policy.diagnostics()
+        untouched = policy.untouched_by_autocast()
+        if untouched and plan.phase == "train":
+            names = ", ".join(f"{n} ({t})" for n, t in untouched.items())
+            ctx.result.why.append(f"{policy.dtype} autocast left {names} in fp32: autocast on {policy.device_type} "
+                                  f"has no {policy.dtype} rule for them")
 
     plan.finished.append(record)
 

@@ -191,12 +191,26 @@ class PrecisionPolicy:
                 self.skipped_steps.append(self._step)
         self._step += 1
 
+    def untouched_by_autocast(self) -> dict[str, str]:
+        """``{module: type}`` of the weight layers (Linear, Conv, RNN, attention) that autocast left in fp32
+        although nobody asked for it (no fp32 island): autocast has no low-precision rule for them here, so
+        their share of the work gains nothing (e.g. ``nn.GRU`` under CPU bf16 autocast)."""
+        if self.dtype == "fp32":
+            return {}
+        return {r["module"]: r["type"] for r in self.layer_dtypes
+                if r["type"] in _MAC_LAYER_TYPES and r["output_dtype"] == "float32" and not r["fp32_reason"]}
+
     def diagnostics(self) -> dict[str, Any]:
         """JSON-safe summary for ``result.details``."""
         return {"dtype": self.dtype, "grad_scaler": bool(self.scaler), "forced_fp32": dict(self.forced_fp32),
                 "loss_scale_history": list(self.loss_scale_history), "skipped_steps": list(self.skipped_steps),
-                "grad_norms": list(self.grad_norms), "layer_dtypes": list(self.layer_dtypes)}
+                "grad_norms": list(self.grad_norms), "layer_dtypes": list(self.layer_dtypes),
+                "untouched_by_autocast": self.untouched_by_autocast()}
 
+
+#: Layer types whose output dtype says whether autocast ran their multiply-accumulates in low precision.
+_MAC_LAYER_TYPES = frozenset({"Linear", "Conv1d", "Conv2d", "Conv3d", "LSTM", "GRU", "RNN", "MultiheadAttention",
+                              "Bilinear", "ConvTranspose1d", "ConvTranspose2d"})
 
 FP32 = PrecisionPolicy()  # the shared no-op policy of a plain fp32 run (it keeps no per-run state)
 
@@ -234,8 +248,8 @@ def _record_layer_dtypes(model: nn.Module, policy: PrecisionPolicy) -> Callable[
                 "fp32_reason": policy.forced_fp32.get(name, "")})
         return hook
 
-    for name, mod in model.named_modules():
-        if name and (not list(mod.children()) or name in policy.forced_fp32):
+    for name, mod in model.named_modules():  # attention: its out_proj child never runs, so hook the attention
+        if name and (not list(mod.children()) or name in policy.forced_fp32 or isinstance(mod, nn.MultiheadAttention)):
             handles.append(mod.register_forward_hook(make(name)))
     def remove(*_: Any) -> None:  # as a forward hook it must return None (a value would replace the output)
         for h in handles:

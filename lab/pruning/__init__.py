@@ -29,9 +29,17 @@ from lab.loop import StepHook
 from lab.pruning import channels, masks, schedule
 from lab.pruning import report as report_
 from lab.pruning.channels import *  # noqa: F403 - the names in its __all__
-from lab.pruning.channels import ScopesFn, channel_prunable_layers
+from lab.pruning.channels import ScopesFn, channel_exclusions, channel_prunable_layers
 from lab.pruning.masks import *  # noqa: F403 - the names in its __all__
-from lab.pruning.masks import Target, make_permanent, prunable_weights, prune, set_sparsity
+from lab.pruning.masks import (
+    Target,
+    attach_mask_refresh,
+    excluded_weights,
+    make_permanent,
+    prunable_weights,
+    prune,
+    set_sparsity,
+)
 from lab.pruning.report import *  # noqa: F403 - the names in its __all__
 from lab.pruning.report import record
 from lab.pruning.schedule import *  # noqa: F403 - the names in its __all__
@@ -52,12 +60,15 @@ def _batch(tensors: tuple[torch.Tensor, ...], n: int, device: torch.device) -> t
     return tuple(t[:n].to(device) for t in tensors[:-1])
 
 
-def _check_model(model: nn.Module, pcfg: PruneConfig, scopes: ScopesFn | None) -> list[Target] | None:
-    """Validate the layer selection before any training happens (errors must come early)."""
+def _check_model(model: nn.Module, pcfg: PruneConfig, scopes: ScopesFn | None,
+                 example: tuple) -> list[Target] | None:
+    """Validate the layer selection before any training happens (errors must come early): a named layer
+    that matches nothing or cannot be pruned, a weight that cannot carry a mask (tied, or its module never
+    runs), a model with nothing left to prune."""
     if pcfg.method == "structured_channels":
         channel_prunable_layers(model, pcfg.layers, scopes)
         return None
-    return prunable_weights(model, pcfg.layers)
+    return prunable_weights(model, pcfg.layers, example)
 
 
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
@@ -66,11 +77,12 @@ def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, lis
     pcfg = ctx.cfg.prune
     if not pcfg.enabled:
         return model, []
-    targets = _check_model(model, pcfg, ctx.workload.prune_scopes)
+    targets = _check_model(model, pcfg, ctx.workload.prune_scopes, _batch(ctx.data.train, 2, ctx.device))
     if pcfg.schedule != "gradual" or targets is None:
         return model, []
     for _, m, w in targets:
         tprune.identity(m, w)
+    attach_mask_refresh(model)
     total = ctx.resolved.epochs * len(ctx.make_loader())
     if ctx.cfg.max_steps is not None:
         total = min(total, ctx.cfg.max_steps)
@@ -100,6 +112,8 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
     dense = make_permanent(_copy(model, example))
     metric_name = ctx.workload.metric_name
     info: dict[str, Any] = {"method": pcfg.method, "amount": pcfg.amount, "schedule": pcfg.schedule}
+    info["excluded"] = (channel_exclusions(dense, ctx.workload.prune_scopes) if pcfg.method == "structured_channels"
+                        else excluded_weights(dense, pcfg.layers, example))
     hook = ctx.state.pop("prune.schedule", None)
     if hook is not None:
         set_sparsity(model, pcfg, pcfg.amount, hook.targets)  # land exactly on the target
@@ -107,6 +121,10 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
     else:
         info["metric_dense"] = ctx.evaluate(model)[metric_name]
         prune(model, pcfg, example_inputs=example, scopes=ctx.workload.prune_scopes)
+    if pcfg.method == "structured_channels":  # output widths before -> after, per candidate layer
+        mods = dict(model.named_modules())
+        info["channels"] = {n: [int(m.weight.shape[0]), int(mods[n].weight.shape[0])] for n, m in
+                            channel_prunable_layers(dense, pcfg.layers, ctx.workload.prune_scopes).items() if n in mods}
     info["metric_pruned"] = ctx.evaluate(model)[metric_name]
     if pcfg.finetune_epochs:
         stats = ctx.fit(model, epochs=pcfg.finetune_epochs, lr=ctx.resolved.lr * pcfg.finetune_lr_factor,

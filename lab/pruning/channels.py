@@ -18,6 +18,19 @@ number of classes):
 - ``sequence`` (LSTM): nothing. Removing hidden units of ``nn.LSTM`` means slicing four gate blocks in
   ``weight_ih``/``weight_hh``/biases consistently; the lab excludes it rather than hand-roll that, and the
   only Linear left is the output head, so structured pruning of this model is refused with a clear error.
+  ``nn.GRU`` / ``nn.RNN`` likewise.
+
+Standard blocks in user models:
+
+- ``nn.TransformerEncoderLayer``: the feed-forward's hidden width (``linear1`` outputs, ``linear2`` inputs).
+  ``linear2`` and ``self_attn.out_proj`` write the residual stream, whose width every layer, LayerNorm, the
+  embedding and any positional table share, so they keep their width. Attention is left whole: Torch-Pruning
+  1.6 prunes ``nn.MultiheadAttention`` only along ``embed_dim`` (that same residual width), not by heads;
+  head pruning needs separate q/k/v Linear layers.
+- Depthwise convolutions (``groups == channels``) and squeeze-excitation gates: Torch-Pruning couples the
+  depthwise channels with their input and the gate's output with the channels it scales.
+- Weight tying: every module holding a shared Parameter keeps its output width, and the ties are checked
+  after pruning (a broken tie is an error, never a silent untying).
 
 Notebook: ``notebooks/03_pruning.ipynb``.
 """
@@ -36,7 +49,63 @@ ScopesFn = Callable[[nn.Module], list[tuple[str, nn.Module, list[nn.Module]]]]
 #: Layers whose output channels can be removed.
 CHANNEL_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
 #: Layers never structurally pruned here (see the module docstring).
-EXCLUDED_TYPES: tuple[type[nn.Module], ...] = (nn.RNNBase, nn.Embedding, nn.EmbeddingBag)
+EXCLUDED_TYPES: tuple[type[nn.Module], ...] = (nn.RNNBase, nn.Embedding, nn.EmbeddingBag, nn.MultiheadAttention)
+WHY_RNN = ("hidden units span the gate blocks of weight_ih/weight_hh, which Torch-Pruning does not slice for "
+           "RNNs")
+WHY_EMBEDDING = "embedding tables are not channel-pruned (their width is the input of every reader)"
+WHY_ATTENTION = ("Torch-Pruning 1.6 prunes nn.MultiheadAttention only along embed_dim (the residual stream), not "
+                 "by heads")
+WHY_RESIDUAL = "writes the residual stream of a Transformer layer, whose width the embedding and every layer share"
+WHY_OUTPUT = "the output layer: its width is the number of outputs"
+WHY_TIED = "holds a Parameter shared with another module (weight tying)"
+
+
+def _excluded_reason(m: nn.Module) -> str:
+    if isinstance(m, nn.RNNBase):
+        return WHY_RNN
+    if isinstance(m, nn.MultiheadAttention):
+        return WHY_ATTENTION
+    return WHY_EMBEDDING
+
+
+def _fixed_with_reasons(model: nn.Module) -> dict[int, tuple[nn.Module, str]]:
+    """``id -> (module, reason)`` for the layers of ``model`` whose output width must stay (the default scope)."""
+    fixed: dict[int, tuple[nn.Module, str]] = {}
+    out = _output_layer(model)
+    if out is not None:
+        fixed[id(out)] = (out, WHY_OUTPUT)
+    for m in model.modules():
+        if isinstance(m, EXCLUDED_TYPES):
+            fixed[id(m)] = (m, _excluded_reason(m))
+        if isinstance(m, nn.MultiheadAttention):
+            fixed.setdefault(id(m.out_proj), (m.out_proj, WHY_ATTENTION))
+        if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
+            fixed.setdefault(id(m.linear2), (m.linear2, WHY_RESIDUAL))
+    shared = _shared_parameter_owners(model)
+    for owners in shared:
+        for m in owners:
+            fixed.setdefault(id(m), (m, WHY_TIED))
+    return fixed
+
+
+def _shared_parameter_owners(model: nn.Module) -> list[list[nn.Module]]:
+    """Per Parameter registered on more than one module: those modules."""
+    by_param: dict[int, list[nn.Module]] = {}
+    for m in model.modules():
+        for p in m._parameters.values():
+            if p is not None and m not in by_param.setdefault(id(p), []):
+                by_param[id(p)].append(m)
+    return [ms for ms in by_param.values() if len(ms) > 1]
+
+
+def _tie_signature(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """The (module, attribute) pairs of every shared Parameter, to check that pruning kept each tie."""
+    by_param: dict[int, list[tuple[nn.Module, str]]] = {}
+    for m in model.modules():
+        for name, p in m._parameters.items():
+            if p is not None:
+                by_param.setdefault(id(p), []).append((m, name))
+    return [pairs for pairs in by_param.values() if len({id(m) for m, _ in pairs}) > 1]
 
 
 def _matches(name: str, module: nn.Module, patterns: tuple[str, ...]) -> bool:
@@ -58,8 +127,20 @@ def structural_scopes(model: nn.Module, scopes: ScopesFn | None = None) -> list[
     whole model without its output layer (and with its RNNs and embeddings left alone)."""
     if scopes is not None:
         return scopes(model)
-    fixed = [_output_layer(model)] + [m for m in model.modules() if isinstance(m, EXCLUDED_TYPES)]
-    return [("", model, [m for m in fixed if m is not None])]
+    return [("", model, [m for m, _ in _fixed_with_reasons(model).values()])]
+
+
+def channel_exclusions(model: nn.Module, scopes: ScopesFn | None = None) -> dict[str, str]:
+    """``{layer: reason}`` for the layers ``structured_channels`` leaves at full width (the output layer,
+    RNNs, embeddings, attention, Transformer residual writers, tied layers), for ``details["prune"]``."""
+    names = {id(m): n for n, m in model.named_modules()}
+    if scopes is None:
+        return {names[i]: why for i, (_, why) in _fixed_with_reasons(model).items() if i in names}
+    out: dict[str, str] = {}
+    for _, _, fixed in scopes(model):
+        for m in fixed:
+            out[names.get(id(m), type(m).__name__)] = "kept at full width by the workload's prune_scopes"
+    return out
 
 
 def channel_prunable_layers(model: nn.Module, layers: tuple[str, ...] = (),
@@ -85,13 +166,14 @@ def channel_prunable_layers(model: nn.Module, layers: tuple[str, ...] = (),
             kinds = sorted({type(m).__name__ for m in hits.values()})
             raise ValueError(f"prune.layers entry {p!r} ({', '.join(kinds)}) is not structurally prunable: "
                              "structured_channels removes output channels of Conv2d/Linear layers other than "
-                             "the output layer; LSTM, embeddings and the output layer are excluded")
+                             "the output layer; LSTM, GRU, embeddings, attention and the output layer are excluded")
     if layers:
         out = {n: m for n, m in out.items() if _matches(n, m, layers)}
     if not out:
+        why = "; ".join(f"{n}: {r}" for n, r in channel_exclusions(model, scopes).items())
         raise ValueError(f"structured_channels: {type(model).__name__} has no structurally prunable layer "
-                         "(only Conv2d/Linear layers before the output layer qualify; LSTM and embeddings "
-                         "are excluded)")
+                         "(only Conv2d/Linear layers before the output layer qualify; LSTM, GRU, embeddings and "
+                         f"attention are excluded){': ' + why if why else ''}")
     return out
 
 
@@ -124,6 +206,7 @@ def prune_channels(model: nn.Module, amount: float, *, example_inputs: tuple, no
     was_training = model.training
     model.eval()
     parts = structural_scopes(model, scopes)
+    ties = _tie_signature(model)
     inputs = _scope_inputs(model, [s for _, s, _ in parts], example_inputs)
     for _, scope, _fixed in parts:
         roots = [m for m in scope.modules() if isinstance(m, CHANNEL_TYPES)]
@@ -136,8 +219,13 @@ def prune_channels(model: nn.Module, amount: float, *, example_inputs: tuple, no
                                       root_module_types=[nn.Conv2d, nn.Linear])
         pruner.step()
     model.train(was_training)
+    for pairs in ties:
+        if len({id(getattr(m, name, None)) for m, name in pairs}) > 1:
+            raise RuntimeError("structured_channels untied a shared Parameter ("
+                               + ", ".join(f"{type(m).__name__}.{name}" for m, name in pairs) + "); refusing to "
+                               "return a model whose tied layers now differ")
     return {n: [before[n], int(m.weight.shape[0])] for n, m in targets.items()}
 
 __all__ = [
-    "channel_prunable_layers", "prune_channels", "ScopesFn", "structural_scopes",
+    "channel_exclusions", "channel_prunable_layers", "prune_channels", "ScopesFn", "structural_scopes",
 ]

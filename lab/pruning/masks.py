@@ -8,6 +8,14 @@ by a mask by hand, which breaks as soon as the optimizer has momentum or weight 
 ``.grad`` before any backward). A mask skips no work on a dense kernel, so unstructured sparsity gives
 ~1.0x speed however many zeros it holds; only removing channels (:mod:`lab.pruning.channels`) makes layers
 smaller.
+
+A mask only applies where the masked module's forward runs, because ``torch.nn.utils.prune`` recomputes
+``weight = weight_orig * weight_mask`` in a forward pre-hook. ``nn.MultiheadAttention`` never calls its
+``out_proj`` (``F.multi_head_attention_forward`` reads ``out_proj.weight``), so the attention gets a pre-hook
+that recomputes its ``out_proj`` mask (:class:`ApplyChildMasks`), and its own ``in_proj_weight`` is masked
+on the attention module itself. Any other weight whose module never runs (a parent reading it directly), and
+any weight shared by several modules (weight tying), cannot carry a mask that means what it says: they are
+left out of the default selection with the reason (:func:`excluded_weights`) and refused when named.
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ from lab.pruning.channels import ScopesFn, prune_channels
 
 #: Layer types whose weights can carry an unstructured mask (embeddings only when named in ``layers``).
 MASKABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.LSTM, nn.GRU, nn.Embedding,
-                                               nn.EmbeddingBag)
-DEFAULT_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.LSTM, nn.GRU)
+                                               nn.EmbeddingBag, nn.MultiheadAttention)
+DEFAULT_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.LSTM, nn.GRU,
+                                              nn.MultiheadAttention)
 UNSTRUCTURED = ("l1_unstructured", "global_unstructured", "random_unstructured")
 #: Measured below this fraction of the theoretical ratio earns a "why" tag.
 SHORTFALL = 0.7
@@ -43,13 +52,90 @@ def _pcfg(cfg: RunConfig | PruneConfig) -> PruneConfig:
 def _weight_names(module: nn.Module) -> list[str]:
     if isinstance(module, nn.RNNBase):  # the flat-weight names survive the ``*_orig`` reparametrisation
         return [n for n in module._flat_weights_names if n.startswith("weight")]
+    if isinstance(module, nn.MultiheadAttention):  # out_proj is a Linear child, masked as its own target
+        return ["in_proj_weight"] if module._qkv_same_embed_dim else ["q_proj_weight", "k_proj_weight",
+                                                                      "v_proj_weight"]
     return ["weight"]
 
 
-def prunable_weights(model: nn.Module, layers: tuple[str, ...] = ()) -> list[Target]:
-    """The weights an unstructured method prunes: every Linear/Conv/LSTM/GRU weight when ``layers`` is
-    empty, else those of the modules named (or of the type named) in ``layers``, containers expanded.
-    Raises ValueError naming an entry that matches nothing or only unsupported module types."""
+def _qual(name: str, weight: str) -> str:
+    return f"{name}.{weight}" if name else weight
+
+
+def _owners(model: nn.Module) -> dict[int, list[str]]:
+    """``id(parameter) -> every "module.param" name it is registered under`` (a tied weight has several)."""
+    out: dict[int, list[str]] = {}
+    for n, m in model.named_modules(remove_duplicate=False):
+        for pn, p in m._parameters.items():
+            if p is not None:
+                names = out.setdefault(id(p), [])
+                if _qual(n, pn) not in names:
+                    names.append(_qual(n, pn))
+    return out
+
+
+def _shared_reason(model: nn.Module, module: nn.Module, name: str, weight: str,
+                   owners: dict[int, list[str]]) -> str | None:
+    p = module._parameters.get(weight)
+    if p is None:  # already reparametrised: the mask's owner is the one holding ``*_orig``
+        p = module._parameters.get(weight + "_orig")
+    others = [o for o in owners.get(id(p), []) if o not in (_qual(name, weight), _qual(name, weight + "_orig"))]
+    if p is None or not others:
+        return None
+    return (f"{_qual(name, weight)} is the same Parameter as {', '.join(others)} (weight tying): a mask on one "
+            "owner would leave the other dense and untie them")
+
+
+def _reached(model: nn.Module, modules: list[nn.Module], example_inputs: tuple) -> set[int]:
+    """ids of the modules whose forward runs (or, for an attention's ``out_proj``, whose attention runs)
+    in one eval-mode, no-grad forward of ``example_inputs``; modes restored."""
+    ran: set[int] = set()
+    watch = {id(m) for m in modules}
+    handles = []
+    for m in model.modules():
+        if id(m) in watch or isinstance(m, nn.MultiheadAttention):
+            handles.append(m.register_forward_pre_hook(lambda mod, args: ran.add(id(mod))))
+    modes = {m: m.training for m in model.modules()}
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(*example_inputs)
+    finally:
+        for h in handles:
+            h.remove()
+        for m, training in modes.items():
+            m.train(training)
+    for m in model.modules():
+        if isinstance(m, nn.MultiheadAttention) and id(m) in ran:
+            ran.add(id(m.out_proj))  # ApplyChildMasks recomputes its mask when the attention runs
+    return ran
+
+
+def excluded_weights(model: nn.Module, layers: tuple[str, ...] = (), example_inputs: tuple | None = None
+                     ) -> dict[str, str]:
+    """``{"module.weight": reason}`` for the weights of the selection (``layers``, ``()`` = the default
+    types) that cannot carry a mask that means what it says: a weight shared with another module (weight
+    tying), and, given ``example_inputs``, a module whose forward never runs (its parent reads the weight
+    directly). The default selection leaves them out; naming them in ``layers`` is an error."""
+    candidates = _select(model, layers)
+    owners = _owners(model)
+    out = {}
+    for n, m in candidates.items():
+        for w in _weight_names(m):
+            reason = _shared_reason(model, m, n, w, owners)
+            if reason:
+                out[_qual(n, w)] = reason
+    if example_inputs is not None:
+        ran = _reached(model, list(candidates.values()), example_inputs)
+        for n, m in candidates.items():
+            if id(m) not in ran:
+                for w in _weight_names(m):
+                    out.setdefault(_qual(n, w), f"{n} ({type(m).__name__}) never runs its forward (its parent "
+                                                "reads the weight directly), so a mask's pre-hook would not apply")
+    return out
+
+
+def _select(model: nn.Module, layers: tuple[str, ...]) -> dict[str, nn.Module]:
     named = [(n, m) for n, m in model.named_modules() if n or isinstance(m, MASKABLE_TYPES)]
     chosen: dict[str, nn.Module] = {}
     if not layers:
@@ -65,11 +151,51 @@ def prunable_weights(model: nn.Module, layers: tuple[str, ...] = ()) -> list[Tar
             raise ValueError(f"prune.layers entry {p!r} ({', '.join(kinds)}) is not prunable: supported types are "
                              + ", ".join(t.__name__ for t in MASKABLE_TYPES))
         chosen.update(ok)
-    targets = [(n, m, w) for n, m in chosen.items() for w in _weight_names(m)]
+    return chosen
+
+
+def prunable_weights(model: nn.Module, layers: tuple[str, ...] = (), example_inputs: tuple | None = None
+                     ) -> list[Target]:
+    """The weights an unstructured method prunes: every Linear/Conv/LSTM/GRU/MultiheadAttention weight when
+    ``layers`` is empty, else those of the modules named (or of the type named) in ``layers``, containers
+    expanded; minus :func:`excluded_weights` (with ``example_inputs``, also the modules that never run).
+    Raises ValueError naming an entry that matches nothing or only unsupported module types, a named weight
+    that cannot be masked (and why), or a selection left empty."""
+    chosen = _select(model, layers)
+    excluded = excluded_weights(model, layers, example_inputs)
+    if layers and excluded:
+        name, why = next(iter(excluded.items()))
+        raise ValueError(f"prune.layers={list(layers)!r} selects {name}, which cannot be masked: {why}; "
+                         "leave it out of prune.layers")
+    targets = [(n, m, w) for n, m in chosen.items() for w in _weight_names(m) if _qual(n, w) not in excluded]
     if not targets:
+        why = "; ".join(f"{k}: {v}" for k, v in excluded.items())
         raise ValueError(f"{type(model).__name__} has no prunable weights (supported: "
-                         + ", ".join(t.__name__ for t in MASKABLE_TYPES) + ")")
+                         + ", ".join(t.__name__ for t in MASKABLE_TYPES) + ")" + (f"; excluded: {why}" if why else ""))
     return targets
+
+
+class ApplyChildMasks:
+    """Forward pre-hook on an ``nn.MultiheadAttention``: recompute the masked weights of its ``out_proj``.
+    The attention never calls ``out_proj`` (``F.multi_head_attention_forward`` reads ``out_proj.weight``), so
+    the mask's own pre-hook never fires; without this, training would reuse one masked tensor, and its graph,
+    across steps ("backward through the graph a second time") and evaluation would see stale weights."""
+
+    def __call__(self, module: nn.Module, args: tuple) -> None:
+        child = module.out_proj
+        for hook in list(child._forward_pre_hooks.values()):
+            if isinstance(hook, tprune.BasePruningMethod):
+                hook(child, args)
+
+
+def attach_mask_refresh(model: nn.Module) -> None:
+    """Give every attention whose ``out_proj`` carries a mask an :class:`ApplyChildMasks` pre-hook (once)."""
+    for m in model.modules():
+        if not isinstance(m, nn.MultiheadAttention):
+            continue
+        masked = any(isinstance(h, tprune.BasePruningMethod) for h in m.out_proj._forward_pre_hooks.values())
+        if masked and not any(isinstance(h, ApplyChildMasks) for h in m._forward_pre_hooks.values()):
+            m.register_forward_pre_hook(ApplyChildMasks())
 
 
 def _mask(module: nn.Module, name: str) -> torch.Tensor | None:
@@ -99,6 +225,7 @@ def set_sparsity(model: nn.Module, pcfg: PruneConfig, sparsity: float,
         if extra > 0:
             tprune.global_unstructured([(m, w) for _, m, w in targets], pruning_method=tprune.L1Unstructured,
                                        amount=extra)
+        attach_mask_refresh(model)
         return
     fn = {"l1_unstructured": tprune.l1_unstructured, "random_unstructured": tprune.random_unstructured}.get(
         pcfg.method)
@@ -108,6 +235,7 @@ def set_sparsity(model: nn.Module, pcfg: PruneConfig, sparsity: float,
         extra = round(sparsity * _numel(m, w)) - _n_masked(m, w)
         if extra > 0:
             fn(m, w, amount=extra)
+    attach_mask_refresh(model)
 
 
 def prune(model: nn.Module, cfg: RunConfig | PruneConfig, *, example_inputs: tuple | None = None,
@@ -126,7 +254,7 @@ def prune(model: nn.Module, cfg: RunConfig | PruneConfig, *, example_inputs: tup
         prune_channels(model, pcfg.amount, example_inputs=example_inputs, norm=pcfg.norm, layers=pcfg.layers,
                        scopes=scopes)
         return model
-    set_sparsity(model, pcfg, pcfg.amount)
+    set_sparsity(model, pcfg, pcfg.amount, prunable_weights(model, pcfg.layers, example_inputs))
     return model
 
 
@@ -134,9 +262,11 @@ def make_permanent(model: nn.Module) -> nn.Module:
     """Bake every ``torch.nn.utils.prune`` mask into its weight and drop ``*_orig`` / ``*_mask``, so the
     checkpoint is a plain state dict again (loadable with ``weights_only=True`` into the dense class)."""
     for module in model.modules():
-        for hook in list(module._forward_pre_hooks.values()):
+        for key, hook in list(module._forward_pre_hooks.items()):
             if isinstance(hook, tprune.BasePruningMethod):
                 tprune.remove(module, hook._tensor_name)
+            elif isinstance(hook, ApplyChildMasks):
+                del module._forward_pre_hooks[key]
         if isinstance(module, nn.RNNBase):
             module.flatten_parameters()
     return model
@@ -168,10 +298,17 @@ def _positions(module: nn.Module, args: tuple, out: Any) -> int:
 def layer_report(model: nn.Module, example_inputs: tuple, layers: tuple[str, ...] = ()) -> dict[str, dict]:
     """Per prunable weight: shape, entries, non-zeros, sparsity, dense MACs and MACs if zeros were skipped
     (for one forward of ``example_inputs``). Runs one eval-mode forward."""
-    targets = prunable_weights(model, layers)
+    targets = prunable_weights(model, layers, example_inputs)
     pos: dict[int, int] = {}
+
+    def attention(mod: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
+        q = args[0] if args else kwargs["query"]  # in_proj and out_proj both run at every query position
+        pos[id(mod)] = pos[id(mod.out_proj)] = q.numel() // q.shape[-1]
+
     handles = [m.register_forward_hook(lambda mod, a, o: pos.__setitem__(id(mod), _positions(mod, a, o)))
-               for _, m, _ in targets]
+               for _, m, _ in targets if not isinstance(m, nn.MultiheadAttention)]
+    handles += [m.register_forward_hook(attention, with_kwargs=True) for m in model.modules()
+                if isinstance(m, nn.MultiheadAttention)]
     was = model.training
     model.eval()
     try:
@@ -225,6 +362,7 @@ def sensitivity_scan(model: nn.Module, evaluate: Callable[[nn.Module], float], a
     return rows
 
 __all__ = [
-    "DEFAULT_TYPES", "layer_report", "layer_sparsity", "make_permanent", "MASKABLE_TYPES", "prunable_weights",
-    "prune", "sensitivity_scan", "set_sparsity", "SHORTFALL", "sparse_size_bytes", "Target", "UNSTRUCTURED",
+    "ApplyChildMasks", "attach_mask_refresh", "DEFAULT_TYPES", "excluded_weights", "layer_report", "layer_sparsity",
+    "make_permanent", "MASKABLE_TYPES", "prunable_weights", "prune", "sensitivity_scan", "set_sparsity", "SHORTFALL",
+    "sparse_size_bytes", "Target", "UNSTRUCTURED",
 ]

@@ -17,15 +17,17 @@ from torch import nn
 from lab.config import RunConfig
 from lab.context import TrainContext
 from lab.loop import StepHook
-from lab.quant import int8
+from lab.quant import int8, swap
 from lab.quant import report as report_
 from lab.quant.int8 import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import check_supported, quantize_with_report
 from lab.quant.report import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import measure_against_float
+from lab.quant.swap import *  # noqa: F403 - the names in its __all__
+from lab.quant.swap import check_model
 from lab.result import RunResult
 
-__all__ = [*int8.__all__, *report_.__all__,
+__all__ = [*int8.__all__, *report_.__all__, *swap.__all__,
            "after_training", "before_training", "check", "report"]
 
 
@@ -38,8 +40,11 @@ def check(cfg: RunConfig) -> None:
 
 
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
-    """No-op: QAT here trains float first, then fine-tunes with fake-quant in :func:`after_training`
+    """Refuse a model in which the method could replace nothing (saying why per layer), before training.
+    Nothing else: QAT here trains float first, then fine-tunes with fake-quant in :func:`after_training`
     (fake-quant from step 0 slows every step and learns ranges of a network that is still changing)."""
+    if ctx.cfg.quant.enabled:
+        check_model(model, ctx.cfg.quant.method)
     return model, []
 
 

@@ -31,29 +31,20 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import resolve_device
+from lab.quant.swap import (
+    API,
+    MIN_EMBEDDING_DIM,
+    WHY_FASTPATH,
+    check_swapped,
+    keep_int8_layers_unfused,
+    narrow_embeddings,
+    restore_float_leftovers,
+    swap_report,
+)
 
-#: Module types each method is asked to quantize (static/QAT also quantize the ops between them).
-TARGETS: dict[str, tuple[type[nn.Module], ...]] = {
-    "dynamic": (nn.Linear, nn.LSTM, nn.EmbeddingBag, nn.Embedding),
-    "static": (nn.Linear, nn.Conv2d, nn.EmbeddingBag, nn.Embedding),
-    "qat": (nn.Linear, nn.Conv2d, nn.EmbeddingBag, nn.Embedding),
-}
-_FLOAT_WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.LSTM, nn.GRU, nn.EmbeddingBag, nn.Embedding)
-#: Embeddings narrower than this stay float: int8 rows carry a float scale and zero point each (8 bytes),
-#: so a 1-wide table (DLRM's wide part) would grow from 4 to 9 bytes per row.
-MIN_EMBEDDING_DIM = 8
-API = {
-    "dynamic": "torch.ao.quantization.quantize_dynamic",
-    "static": "torch.ao.quantization.quantize_fx (prepare_fx / calibrate / convert_fx)",
-    "qat": "torch.ao.quantization.quantize_fx (prepare_qat_fx / fine-tune / convert_fx)",
-}
 API_REASON = ("torch.ao int8 kernels are the ones that beat fp32 on CPU with torch 2.13 (torchao quantize_ is "
               "slower than fp32 on CPU; PT2E needs torch.compile); FX graph mode handles the ResNet's plain `+` "
               "residuals and in-place ReLU without rewriting the model")
-
-
-class QuantizationNoOpError(RuntimeError):
-    """Nothing that was asked for was actually quantized: refuse to report a float model as int8."""
 
 
 # ------------------------------------------------------------------------------------------ warnings
@@ -154,10 +145,16 @@ def make_qconfig(qc: QuantConfig, engine: str) -> Any:
     return tq.QConfig(activation=act, weight=weight)
 
 
-def narrow_embeddings(model: nn.Module) -> list[str]:
-    """Names of embedding tables too narrow for int8 to save bytes (see ``MIN_EMBEDDING_DIM``)."""
-    return [n for n, m in model.named_modules()
-            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.embedding_dim < MIN_EMBEDDING_DIM]
+def _fixed_qparams_ops(mapping: Any, qconfig: Any, qat: bool) -> None:
+    """Sigmoid / tanh / softmax / hardsigmoid have a fixed output range: torch.ao quantizes them only with
+    a fixed-qparams observer (a squeeze-excitation gate's sigmoid would otherwise run float between a
+    dequantize and a quantize), as its own default mapping does."""
+    from torch.ao import quantization as tq
+    from torch.ao.quantization.qconfig_mapping import _FIXED_QPARAMS_OP_TO_OBSERVER
+
+    for op, observer in _FIXED_QPARAMS_OP_TO_OBSERVER.items():
+        act = tq.FixedQParamsFakeQuantize.with_args(observer=observer) if qat else observer
+        mapping.set_object_type(op, tq.QConfig(activation=act, weight=qconfig.weight))
 
 
 def _qconfig_mapping(qc: QuantConfig, engine: str, example_inputs: tuple, skip: list[str]) -> tuple[Any, str]:
@@ -171,6 +168,7 @@ def _qconfig_mapping(qc: QuantConfig, engine: str, example_inputs: tuple, skip: 
     if all(torch.is_floating_point(t) for t in example_inputs):
         mapping = tq.QConfigMapping().set_global(qconfig)
         kind = "global"
+        _fixed_qparams_ops(mapping, qconfig, qc.method == "qat")
     else:
         mapping = tq.QConfigMapping()
         for layer in (nn.Linear, nn.Conv2d, nn.ReLU, nn.BatchNorm1d, nn.BatchNorm2d):  # fused patterns agree
@@ -180,38 +178,6 @@ def _qconfig_mapping(qc: QuantConfig, engine: str, example_inputs: tuple, skip: 
     for name in skip:
         mapping.set_module_name(name, None)
     return mapping, kind
-
-
-# ------------------------------------------------------------------------------------------- swap guard
-
-
-def _is_quantized_module(module: nn.Module) -> bool:
-    path = type(module).__module__
-    return ".quantized" in path and "PackedParam" not in type(module).__name__
-
-
-def swap_report(float_model: nn.Module, quantized: nn.Module, method: str) -> dict[str, Any]:
-    """Which modules the method was asked to quantize, which were replaced, which stayed float.
-
-    Names are matched by path; BatchNorms folded into convolutions disappear and are not asked for.
-    ``kept_float`` also lists weight layers the method does not handle (an LSTM under static int8)."""
-    asked = {n: type(m).__name__ for n, m in float_model.named_modules() if isinstance(m, TARGETS[method])}
-    swapped = {n: type(m).__name__ for n, m in quantized.named_modules() if _is_quantized_module(m)}
-    still_float = {n for n, m in quantized.named_modules() if type(m) in _FLOAT_WEIGHT_LAYERS}
-    kept = sorted({n for n in asked if n not in swapped} | still_float)
-    return {"asked": asked, "swapped": swapped, "kept_float": kept,
-            "n_asked": len(asked), "n_swapped": len([n for n in asked if n in swapped])}
-
-
-def check_swapped(report: dict[str, Any], method: str) -> None:
-    """Raise unless at least one module that was asked for is now quantized."""
-    if report["n_asked"] == 0:
-        raise ValueError(f"quant.method={method!r}: the model has no module of the types this method quantizes "
-                         f"({', '.join(t.__name__ for t in TARGETS[method])})")
-    if report["n_swapped"] == 0:
-        raise QuantizationNoOpError(
-            f"quant.method={method!r} changed nothing: none of {sorted(report['asked'])} was replaced by an int8 "
-            "module (the library skipped them silently); refusing to report a float model as int8")
 
 
 # ------------------------------------------------------------------------------------------- quantize
@@ -282,7 +248,7 @@ def quantize_with_report(model: nn.Module, cfg: QuantConfig | RunConfig, calibra
     with ao_warnings_filtered():
         if qc.method == "dynamic":
             spec = {nn.Linear: tq.default_dynamic_qconfig, nn.LSTM: tq.default_dynamic_qconfig,
-                    nn.EmbeddingBag: tq.float_qparams_weight_only_qconfig,
+                    nn.GRU: tq.default_dynamic_qconfig, nn.EmbeddingBag: tq.float_qparams_weight_only_qconfig,
                     nn.Embedding: tq.float_qparams_weight_only_qconfig}
             spec.update(dict.fromkeys(skip))  # a module name overrides its type's qconfig: None = stay float
             q = tq.quantize_dynamic(copy.deepcopy(float_model), spec, dtype=torch.qint8)
@@ -304,13 +270,17 @@ def quantize_with_report(model: nn.Module, cfg: QuantConfig | RunConfig, calibra
             prepared = quantize_fx.prepare_qat_fx(copy.deepcopy(model).train(), mapping, example_inputs)
             finetune(prepared)
             q = quantize_fx.convert_fx(prepared.cpu().eval())
-    info["swap"] = swap_report(float_model, q, qc.method)
+            left = restore_float_leftovers(q)
+            if left:
+                info["qat_fake_quant_removed"] = left
+    unfused = keep_int8_layers_unfused(q)
+    if unfused:
+        info["fastpath"] = {"unfused_layers": unfused, "why": WHY_FASTPATH}
+    info["swap"] = swap_report(float_model, q, qc.method, info.get("kept_float_on_purpose"))
     check_swapped(info["swap"], qc.method)
     return q.eval(), info
 
 __all__ = [
-    "affine_dequantize", "affine_qparams", "affine_quantize", "ao_warnings_filtered", "API", "API_REASON",
-    "calibration_batches", "check_supported", "check_swapped", "make_qconfig", "MIN_EMBEDDING_DIM",
-    "narrow_embeddings", "QuantizationNoOpError", "quantize", "quantize_with_report", "resolve_engine", "swap_report",
-    "TARGETS",
+    "affine_dequantize", "affine_qparams", "affine_quantize", "ao_warnings_filtered", "API_REASON",
+    "calibration_batches", "check_supported", "make_qconfig", "quantize", "quantize_with_report", "resolve_engine",
 ]

@@ -96,7 +96,8 @@ def compare(float_model: nn.Module, quantized: nn.Module, wl: Workload, test: tu
         "quantized_layers_float_bytes": lf, "quantized_layers_int8_bytes": lq,
         "quantized_layers_size_ratio": lf / lq if lq else float("nan"),
         "float_macs_per_sample": measure.count_macs(float_model, one),
-        "int8_macs_counted": measure.count_macs(quantized, one),
+        "int8_macs_counted": measure.count_macs(quantized, one),  # float and int8 kernels of the int8 model
+        "int8_model_macs_by_dtype": measure.count_macs_by_dtype(quantized, one),
         "output_rel_error": relative_error(f_out, q_out),
         "accuracy": {wl.metric_name: metric_delta(wl.evaluate, wl.metric_name, f_out, q_out, target,
                                                   higher_is_better=wl.higher_is_better)},
