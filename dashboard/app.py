@@ -5,8 +5,9 @@ repeats, each finished run lands in the SQLite store (``results/lab.sqlite``; pr
 and reuses finished runs), and the page shows which combination buys the most speed for the least
 accuracy, with 95 % CIs. The app stays thin: choices come from the registries in ``lab.recipes``, numbers
 from ``lab.ablation``, figures from ``lab.plots``. Default: recipe ``stacked`` on ``ctr`` at size ``tiny``,
-1 repeat: 8 runs, ~15 s on 2 CPU cores (one repeat gives no CI: the whiskers collapse); ``small`` with 3
-repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores). Two more pages: the scaling
+3 repeats (the smallest design with an interval): 9 arms (with the A/A arm) x 3 = 27 runs, about a minute on
+2 CPU cores; 1 repeat is a labelled preview that crowns nothing; ``small`` with 3 repeats and 2 seeds is
+the meaningful one (tens of minutes on 2 cores). Two more pages: the scaling
 model (``lab.distributed.scaling`` projected over link presets) and a data-loading explorer (one short run per
 loader on emulated storage: phase bars and the data-wait timeline). A "Performance report" page shows the
 benchmark reports under ``benchmarks/results/<hardware-id>/`` (or ``LAB_BENCH_RESULTS``), each figure labelled
@@ -22,7 +23,6 @@ import streamlit as st
 
 from lab import ResultStore, RunConfig, list_workloads, run
 from lab.ablation import (
-    best_under_budget,
     interaction_effects,
     load_ablation,
     load_stored,
@@ -30,6 +30,7 @@ from lab.ablation import (
     run_ablation,
     stored_ablations,
     summarize,
+    verdict,
 )
 from lab.bench import ANCHORS
 from lab.config import SIZES, DataConfig
@@ -84,8 +85,9 @@ with st.sidebar:
         techniques = st.multiselect("Techniques", list(TECHNIQUES), default=["bf16"], key="techniques",
                                     help="; ".join(f"{t.name}: {t.description}" for t in TECHNIQUES.values()))
         as_factorial = st.checkbox("Factorial (every subset: shows interactions)", key="factorial")
-    repeats = st.number_input("Repeats", min_value=0, max_value=20, value=1, step=1, key="repeats",
-                              help="runs per arm and seed, interleaved; 3+ for CIs worth reading")
+    repeats = st.number_input("Repeats", min_value=0, max_value=20, value=3, step=1, key="repeats",
+                              help="runs per arm and seed, interleaved; fewer than 3 runs per arm is a preview: "
+                                   "no interval, no verdict")
     n_seeds = st.number_input("Seeds", min_value=1, max_value=5, value=1, step=1, key="seeds",
                               help="more seeds measure the accuracy noise band")
     threads = st.number_input("Threads (0 = torch default)", 0, 256, 1, key="threads",
@@ -110,13 +112,11 @@ def _problem() -> str | None:
 
 def _show(df, runs_by_arm: dict | None) -> None:
     """The results of one ablation: the verdict, the plots, the table, the interactions, CSV."""
-    best = best_under_budget(df, budget_pt, speed=speed)
-    if best is None:
-        st.warning(f"No arm stays within {budget_pt:g} points of accuracy.")
-    else:
-        st.success(f"Best within {budget_pt:g} pt: **{best['arm']}**, {best[speed]:.2f}x "
-                   f"[{best[f'{speed}_lo']:.2f}, {best[f'{speed}_hi']:.2f}] {SPEEDS[speed]}, "
-                   f"accuracy loss {best['acc_loss_pt']:+.2f} pt")
+    said = verdict(df, budget_pt, speed=speed)
+    (st.success if said["winner"] else st.warning)(f"Verdict ({SPEEDS[speed]}): {said['text']}")
+    st.caption("An arm competes only on the axes its techniques can change (post-training int8 and pruning: "
+               "inference and size; precision, loaders, compile: training); the A/A arm (aa) reruns the baseline "
+               "and shows the noise floor.")
     left, right = st.columns(2)
     left.plotly_chart(speedup_vs_accuracy(df, speed=speed, front=pareto_front(df, speed), budget_pt=budget_pt),
                       key="pareto_chart")
@@ -126,7 +126,7 @@ def _show(df, runs_by_arm: dict | None) -> None:
     st.dataframe(df, key="ablation_table")
     effects = interaction_effects(df, speed=speed)
     if not effects.empty:
-        st.subheader("Do they compound or cancel?")
+        st.subheader("Do they compound or cancel? (factorial effects with 95 % intervals)")
         st.dataframe(effects, key="interactions")
     if runs_by_arm:
         firsts = {arm: next((r for r in rs if r.status == "ok"), None) for arm, rs in runs_by_arm.items()}
@@ -178,7 +178,8 @@ with tab_run:
     shown = st.session_state.get("ablation")
     if shown is None:
         st.info("Pick a workload and a recipe, then press **Run ablation**. The default (stacked, tiny, "
-                "1 repeat) takes about 15 s on 2 CPU cores; use 3 repeats and 2 seeds for CIs and a noise band.")
+                "3 repeats, 27 runs) takes about a minute on 2 CPU cores; add a second seed for the accuracy "
+                "noise band.")
     else:
         _show(*shown)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.ablation import Ablation
+from lab.ablation import AXES, Ablation
 from lab.config import RunConfig
 
 
@@ -29,6 +29,13 @@ class Technique:
     family: str
     description: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)  # e.g. ("cpu_only",) shown in the UI
+    #: What the technique can change (:data:`lab.ablation.AXES`); an arm competes only on its techniques' axes.
+    axes: tuple[str, ...] = AXES
+
+    def __post_init__(self) -> None:
+        bad = [a for a in self.axes if a not in AXES]
+        if bad or not self.axes:
+            raise ValueError(f"Technique.axes={self.axes!r} is invalid: allowed: one or more of {', '.join(AXES)}")
 
 
 TECHNIQUES: dict[str, Technique] = {}
@@ -57,36 +64,40 @@ def get_technique(name: str) -> Technique:
 
 # Quantization runs on CPU engines (fbgemm/x86/qnnpack), so its arms pin the device; on a CPU box that
 # equals the baseline's "auto" device. On a GPU box compare int8 arms against a cpu baseline.
+TRAINING = ("train_step", "train")  # changes how training runs, not the model it produces
+AFTER_TRAINING = ("inference", "size")  # changes the trained model: post-training pruning and int8 (QAT too)
 _BUILTIN = [
-    Technique("bf16", {"precision.dtype": "bf16"}, "precision", "autocast to bfloat16 (no loss scaling)"),
-    Technique("fp16", {"precision.dtype": "fp16"}, "precision", "autocast to float16 + GradScaler"),
+    Technique("bf16", {"precision.dtype": "bf16"}, "precision", "autocast to bfloat16 (no loss scaling)",
+              axes=TRAINING),
+    Technique("fp16", {"precision.dtype": "fp16"}, "precision", "autocast to float16 + GradScaler", axes=TRAINING),
     Technique("amp_auto", {"precision.dtype": "auto"}, "precision",
-              "measure a few steps, keep a low precision only if it is faster"),
+              "measure a few steps, keep a low precision only if it is faster", axes=TRAINING),
     Technique("prune30", {"prune.method": "l1_unstructured", "prune.amount": 0.3, "prune.finetune_epochs": 1},
-              "prune", "L1 magnitude masks, 30 % of weights, 1 fine-tune epoch"),
+              "prune", "L1 magnitude masks, 30 % of weights, 1 fine-tune epoch", axes=AFTER_TRAINING),
     Technique("prune50", {"prune.method": "l1_unstructured", "prune.amount": 0.5, "prune.finetune_epochs": 1},
-              "prune", "L1 magnitude masks, 50 % of weights, 1 fine-tune epoch"),
+              "prune", "L1 magnitude masks, 50 % of weights, 1 fine-tune epoch", axes=AFTER_TRAINING),
     Technique("prune70", {"prune.method": "l1_unstructured", "prune.amount": 0.7, "prune.finetune_epochs": 1},
-              "prune", "L1 magnitude masks, 70 % of weights, 1 fine-tune epoch"),
+              "prune", "L1 magnitude masks, 70 % of weights, 1 fine-tune epoch", axes=AFTER_TRAINING),
     Technique("int8_dynamic", {"quant.method": "dynamic", "device": "cpu"}, "quant",
-              "dynamic int8 (weights ahead of time, activations on the fly)", ("cpu_only",)),
+              "dynamic int8 (weights ahead of time, activations on the fly)", ("cpu_only",), AFTER_TRAINING),
     Technique("int8_static", {"quant.method": "static", "device": "cpu"}, "quant",
-              "static int8 with calibration", ("cpu_only",)),
+              "static int8 with calibration", ("cpu_only",), AFTER_TRAINING),
     Technique("int8_qat", {"quant.method": "qat", "device": "cpu"}, "quant",
-              "quantization-aware fine-tuning, then int8", ("cpu_only",)),
+              "quantization-aware fine-tuning, then int8", ("cpu_only",), AFTER_TRAINING),
     Technique("workers2", {"data.loader": "dataloader", "data.num_workers": 2}, "data",
-              "torch DataLoader with 2 worker processes (they share the cores with compute)"),
+              "torch DataLoader with 2 worker processes (they share the cores with compute)", axes=TRAINING),
     Technique("prefetch", {"data.loader": "thread"}, "data",
-              "a bounded background-thread prefetcher: the next read overlaps this step"),
+              "a bounded background-thread prefetcher: the next read overlaps this step", axes=TRAINING),
     Technique("fused_optim", {"compute.fused_optimizer": True}, "compute",
-              "fused Adam/SGD: one kernel per dtype instead of a loop of small ones"),
+              "fused Adam/SGD: one kernel per dtype instead of a loop of small ones", axes=TRAINING),
     Technique("fast_kernels", {"compute.fast_kernels": True}, "compute",
-              "the workload's faster implementation of the same math (ctr: index_select lookups)"),
+              "the workload's faster implementation of the same math (ctr: index_select lookups)",
+              axes=(*TRAINING, "inference")),
     Technique("compile", {"compute.compile": True}, "compute",
-              "torch.compile the training forward; compile time counts in training time"),
+              "torch.compile the training forward; compile time counts in training time", axes=TRAINING),
     Technique("prune_channels50", {"prune.method": "structured_channels", "prune.amount": 0.5,
                                    "prune.finetune_epochs": 1}, "prune",
-              "remove 50 % of output channels (Torch-Pruning), 1 fine-tune epoch"),
+              "remove 50 % of output channels (Torch-Pruning), 1 fine-tune epoch", axes=AFTER_TRAINING),
 ]
 for _t in _BUILTIN:
     register_technique(_t, overwrite=True)
@@ -115,7 +126,16 @@ def from_techniques(name: str, base: RunConfig, arms: Iterable[Sequence[str]]) -
     for techs in arms:
         stacks[arm_name(tuple(techs))] = tuple(techs)
     configs = {arm: base.with_overrides(**combine(techs)) for arm, techs in stacks.items()}
-    return Ablation(name=name, baseline=base, arms=configs, techniques=stacks)
+    axes = {arm: stack_axes(techs) for arm, techs in stacks.items()}
+    return Ablation(name=name, baseline=base, arms=configs, techniques=stacks, axes=axes)
+
+
+def stack_axes(techniques: Sequence[str]) -> tuple[str, ...]:
+    """The axes a stack can change: the union of its techniques' (every axis for the baseline)."""
+    if not techniques:
+        return AXES
+    have = {a for t in techniques for a in get_technique(t).axes}
+    return tuple(a for a in AXES if a in have)
 
 
 # ---------------------------------------------------------------------------------------------- recipes
@@ -137,7 +157,8 @@ def pruning_sweep(base: RunConfig, amounts: Sequence[float] = (0.3, 0.5, 0.7)) -
         name = f"prune{round(amount * 100)}"
         if name not in TECHNIQUES:
             register_technique(Technique(name, {"prune.method": "l1_unstructured", "prune.amount": float(amount),
-                                                "prune.finetune_epochs": 1}, "prune", f"L1 masks, {amount:.0%}"))
+                                                "prune.finetune_epochs": 1}, "prune", f"L1 masks, {amount:.0%}",
+                                          axes=AFTER_TRAINING))
         arms.append([name])
     return from_techniques("pruning_sweep", base, arms)
 
@@ -152,7 +173,7 @@ def distributed(base: RunConfig, world_sizes: Sequence[int] = (2,)) -> Ablation:
     effective batch grows with the world size: the table reports time per epoch, not per step)."""
     arms = {f"ddp{w}": base.with_overrides(**{"ddp.world_size": int(w)}) for w in world_sizes}
     return Ablation(name="distributed", baseline=base, arms={"baseline": base, **arms},
-                    techniques={"baseline": (), **{a: (a,) for a in arms}})
+                    techniques={"baseline": (), **{a: (a,) for a in arms}}, axes=dict.fromkeys(arms, ("train",)))
 
 
 def factorial(base: RunConfig, techniques: Sequence[str], name: str = "factorial") -> Ablation:

@@ -32,7 +32,8 @@ TESTS = Path(__file__).resolve().parent
 
 def _two_arm(toy_workload, name: str = "t") -> Ablation:
     base = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=5)
-    return Ablation(name=name, baseline=base, arms={"bf16": base.with_overrides(**{"precision.dtype": "bf16"})})
+    return Ablation(name=name, baseline=base, arms={"bf16": base.with_overrides(**{"precision.dtype": "bf16"})},
+                    aa=False)
 
 
 def test_two_arm_ablation_has_documented_columns_and_exact_baseline(toy_workload, private_store):
@@ -47,7 +48,7 @@ def test_two_arm_ablation_has_documented_columns_and_exact_baseline(toy_workload
     assert base["acc_loss_pt"] == 0.0 and base["within_noise"]
     arm = df.iloc[1]
     assert arm["status"] == "ok" and arm["n_ok"] == 2
-    assert arm["train_speedup_lo"] <= arm["train_speedup"] <= arm["train_speedup_hi"]
+    assert arm["train_speedup"] > 0 and math.isnan(arm["train_speedup_lo"])  # 2 runs: no interval, not a 0-width one
     assert arm["metric_name"] == "accuracy" and arm["hardware_id"]
     order = [e["arm"] for e in events if e["phase"] == "ablation"]
     assert order == ["baseline", "bf16", "baseline", "bf16"]  # interleaved, not blocked
@@ -74,7 +75,8 @@ def test_resume_after_sigkill_reruns_only_missing_runs(toy_workload, private_sto
         from lab.ablation import Ablation, run_ablation
         register_workload(TOY, overwrite=True)
         base = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=5)
-        ab = Ablation(name="t", baseline=base, arms={{"bf16": base.with_overrides(**{{"precision.dtype": "bf16"}})}})
+        ab = Ablation(name="t", baseline=base, arms={{"bf16": base.with_overrides(**{{"precision.dtype": "bf16"}})}},
+                      aa=False)
         def die(ev):
             if ev["phase"] == "ablation" and ev["done"] == 3:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -138,26 +140,71 @@ def test_within_noise_uses_the_seed_spread():
     assert one_seed.iloc[1]["within_noise"] is None and math.isnan(one_seed.iloc[1]["noise_pt"])  # unknown, not 0
 
 
-def _table() -> pd.DataFrame:
+def _table(n: int = 3) -> pd.DataFrame:
     rows = [("baseline", "", 1.0, 0.0), ("p", "p", 1.3, 0.4), ("q", "q", 1.5, 2.5), ("p+q", "p+q", 2.4, 2.2),
-            ("slow", "slow", 0.8, 0.5)]
-    df = pd.DataFrame([{c: None for c in COLUMNS} | {"arm": a, "techniques": t, "status": "ok", "train_speedup": s,
-                                                      "train_speedup_lo": s - 0.1, "acc_loss_pt": loss}
-                       for a, t, s, loss in rows])
+            ("slow", "slow", 0.8, 0.5), ("aa", "", 1.02, 0.0), ("lucky", "lucky", 1.6, 0.0)]
+    df = pd.DataFrame([{c: None for c in COLUMNS} | {
+        "arm": a, "techniques": t, "status": "ok", "n_ok": n, "train_speedup": s,
+        "train_speedup_lo": (0.7 if a == "lucky" else s - 0.1), "train_speedup_hi": s + 0.1, "acc_loss_pt": loss,
+        "acc_loss_lo": loss - 0.1, "acc_loss_hi": loss + 0.1, "loss_unit": "pt", "baseline_learned": True}
+        for a, t, s, loss in rows])
     return df
 
 
 def test_budget_pareto_and_interactions_on_a_hand_made_table():
     df = _table()
-    assert best_under_budget(df, 1.0)["arm"] == "p"
+    assert best_under_budget(df, 1.0)["arm"] == "p"  # "lucky" is faster on its point estimate, not beyond noise
+    assert best_under_budget(df, 1.0, conservative=False)["arm"] == "lucky"
     assert best_under_budget(df, 3.0)["arm"] == "p+q"
-    assert best_under_budget(df, 0.0)["arm"] == "baseline"
-    with pytest.raises(ValueError, match="budget_pt"):
-        best_under_budget(df, -1)
-    assert pareto_front(df) == ["p+q", "p", "baseline"]  # q and slow are dominated
-    (row,) = interaction_effects(df).to_dict("records")
-    assert row["expected_speedup"] == pytest.approx(1.95) and row["verdict"] == "compound"
-    assert row["expected_loss_pt"] == pytest.approx(2.9) and not math.isnan(row["speed_interaction"])
+    assert best_under_budget(df, 0.0) is None  # the baseline and the A/A arm never win
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="budget_pt"):
+            best_under_budget(df, bad)
+    assert pareto_front(df) == ["p+q", "lucky"]  # lucky dominates the baseline on its point estimate; aa takes no part
+    effects = interaction_effects(df).set_index("techniques")
+    pq = effects.loc["p+q"]
+    assert pq["term"] == "2-way" and pq["effect"] == pytest.approx(2.4 / (1.3 * 1.5))
+    assert pq["effect_lo"] < pq["effect"] < pq["effect_hi"] and pq["verdict"] == "compound"
+    assert pq["loss_effect_pt"] == pytest.approx(2.2 - 0.4 - 2.5)
+    assert effects.loc["slow", "term"] == "main" and effects.loc["slow", "verdict"] == "cancel"
+
+
+def test_the_verdict_needs_three_runs_a_learning_baseline_and_a_margin_beyond_noise():
+    from lab.ablation import verdict
+
+    assert verdict(_table(n=1))["text"].startswith("n = 1: no interval, no verdict")
+    said = verdict(_table())
+    assert said["winner"] == "p" and "beats the baseline beyond noise" in said["text"] and "A/A" in said["text"]
+    unlearned = _table().assign(baseline_learned=False)
+    assert verdict(unlearned)["winner"] is None and "did not learn" in verdict(unlearned)["text"]
+    noisy = _table().assign(train_speedup_lo=0.9)
+    assert verdict(noisy)["text"].startswith("no technique beat the baseline beyond noise")
+
+
+def test_a_three_way_term_is_reported_with_an_interval():
+    rows = {"": 1.0, "a": 1.2, "b": 1.1, "c": 1.3, "a+b": 1.32, "a+c": 1.56, "b+c": 1.43, "a+b+c": 2.4}
+    df = pd.DataFrame([{c: None for c in COLUMNS} | {
+        "arm": t or "baseline", "techniques": t, "status": "ok", "n_ok": 3, "train_speedup": s,
+        "train_speedup_lo": s * 0.95, "train_speedup_hi": s * 1.05, "acc_loss_pt": 0.0} for t, s in rows.items()])
+    three = interaction_effects(df).set_index("term").loc["3-way"]
+    assert three["effect"] == pytest.approx(2.4 * 1.2 * 1.1 * 1.3 / (1.32 * 1.56 * 1.43))
+    assert three["effect_lo"] < three["effect"] < three["effect_hi"]
+
+
+def test_post_training_int8_never_crowned_for_training_and_aa_contains_one(toy_workload):
+    from lab.recipes import from_techniques
+
+    base = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=5)
+    ab = from_techniques("axes", base, [["int8_dynamic"], ["bf16"]])
+    df = run_ablation(ab, repeats=3).set_index("arm")
+    assert list(df.index) == ["baseline", "int8_dynamic", "bf16", "aa"]
+    assert math.isnan(df.loc["int8_dynamic", "train_speedup"]) and df.loc["int8_dynamic", "axes"] == "inference,size"
+    assert math.isnan(df.loc["bf16", "infer_speedup"])  # inference runs in fp32: no bf16 inference figure
+    assert df.loc["int8_dynamic", "infer_speedup"] > 0 and df.loc["bf16", "train_speedup"] > 0
+    assert df.loc["aa", "train_speedup_lo"] <= 1.0 <= df.loc["aa", "train_speedup_hi"] or df.loc[
+        "aa", "train_speedup_lo"] == pytest.approx(1.0, abs=0.5)
+    best = best_under_budget(df.reset_index(), 100.0, "train_speedup")
+    assert best is None or best["arm"] != "int8_dynamic"
 
 
 def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workload, private_store, capsys):
@@ -166,7 +213,7 @@ def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workl
     assert main(["ablate", "--workload", "toy", "--techniques", "bf16", "--repeats", "1", "--db",
                  str(private_store)]) == 0
     out = capsys.readouterr().out
-    assert "baseline" in out and "bf16" in out and "best within 1 pt" in out
+    assert "baseline" in out and "bf16" in out and "verdict (train, within 1): n = 1: no interval, no verdict" in out
     assert main(["ablate", "--recipe", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("lab: error: recipe='nope' is unknown") and "\n" not in err
@@ -180,6 +227,7 @@ def test_stored_ablations_are_grouped_by_workload_size_and_threads(toy_workload,
         run_ablation(ab, repeats=1, store=store)
         other = Ablation(name="grp", baseline=ab.baseline.with_overrides(threads=2), arms={"bf16": ab.arms["bf16"]})
         assert other.key != ab.key  # another thread count is another comparison
-        assert stored_ablations(store) == ["grp@toy/tiny/t1"]
+        (key,) = stored_ablations(store)
+        assert key.startswith("grp@toy/tiny/t1#") and key == ab.key
         runs = load_stored(store, ab.key)
     assert {a: len(r) for a, r in runs.items()} == {"baseline": 1, "bf16": 1}

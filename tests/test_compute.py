@@ -109,7 +109,7 @@ def test_speed_stack_recipe_arms():
     assert base.data.loader == "naive" and base.data.storage == "network_fs" and not base.compute.enabled
     stack = "+".join(SPEED_STACK)
     assert list(ab.arms) == ["baseline", *["+".join(SPEED_STACK[:k]) for k in range(1, len(SPEED_STACK) + 1)],
-                             *[f"{stack}+{e}" for e in SPEED_EXTRAS]]
+                             *[f"{stack}+{e}" for e in SPEED_EXTRAS], "aa"]  # aa: the A/A arm, the noise floor
     full = ab.arms[stack]
     assert full.data.loader == "thread" and full.data.storage == "network_fs"  # same storage, better loader
     assert full.compute.fused_optimizer and full.compute.fast_kernels and not full.compute.compile

@@ -42,20 +42,20 @@ def test_run_tiny_ablation_shows_verdict_table_and_stores_runs(private_store):
     at.button(key="run").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    assert at.success and "Best within 1 pt" in at.success[0].value
+    assert at.warning and "n = 1: no interval, no verdict" in at.warning[0].value  # 1 repeat: a preview
     table = at.dataframe[0].value  # the Ablation tab comes first
-    assert list(table["arm"]) == ["baseline", "prune50"] and table.iloc[0]["train_speedup"] == 1.0
+    assert list(table["arm"]) == ["baseline", "prune50", "aa"] and table.iloc[0]["train_speedup"] == 1.0
     assert all(k in _chart_ids(at) for k in ("pareto_chart", "speedup_chart", "phases_chart", "stored_chart"))
     at.selectbox(key="detail_arm").select("prune50").run()
     assert "detail_per-layer sparsity" in _chart_ids(at)  # the per-technique figure of the chosen arm
     with ResultStore(private_store) as store:
-        assert store.count(status="ok") == 2
+        assert store.count(status="ok") == 3
     # pressing Run again resumes: nothing new is trained, the stored runs are reused
     at.button(key="run").click().run()
     with ResultStore(private_store) as store:
-        assert store.count() == 2
+        assert store.count() == 3
     assert "stored_ablation" in [s.key for s in at.selectbox]
-    assert list(at.dataframe[1].value["arm"]) == ["baseline", "prune50"]  # the stored ablation, re-read
+    assert set(at.dataframe[1].value["arm"]) == {"baseline", "prune50", "aa"}  # the stored ablation, re-read
 
 
 @pytest.mark.parametrize("bad, message", [("repeats", "Repeats must be at least 1"),

@@ -13,6 +13,7 @@ from lab.recipes import (
     combine,
     data_loading,
     factorial,
+    from_techniques,
     get_recipe,
     get_technique,
     register_technique,
@@ -53,9 +54,16 @@ def test_stacked_contains_the_seeds_combinations(base):
     assert cfg.precision.dtype == "bf16" and cfg.prune.amount == 0.5
 
 
+def test_two_stacks_under_one_name_never_share_stored_rows(base):
+    a = from_techniques("custom", base, [["bf16"]])
+    b = from_techniques("custom", base, [["prune50"]])
+    assert a.key != b.key and a.key.split("#")[0] == b.key.split("#")[0]
+
+
 def test_factorial_has_all_subsets_and_refuses_conflicts(base):
     ab = factorial(base, ["bf16", "prune50", "int8_dynamic"])
-    assert len(ab.arms) == 8 and ab.techniques["bf16+prune50+int8_dynamic"] == ("bf16", "prune50", "int8_dynamic")
+    assert len(ab.arms) == 9 and "aa" in ab.arms  # 2^3 subsets (the empty one is the baseline) + the A/A arm
+    assert ab.techniques["bf16+prune50+int8_dynamic"] == ("bf16", "prune50", "int8_dynamic")
     with pytest.raises(ValueError, match="conflict on precision.dtype"):
         factorial(base, ["bf16", "fp16"])
     with pytest.raises(ValueError, match="techniques=\\[\\]"):
