@@ -208,3 +208,17 @@ def test_a_loss_like_metric_keeps_its_own_units(toy_workload):
     b = dataclasses.replace(a, metric=a.metric + 0.25, run_id="b")
     row = summarize({"baseline": [a], "worse": [b]}).set_index("arm").loc["worse"]
     assert row["loss_unit"] == "mse" and row["acc_loss_pt"] == pytest.approx(0.25)  # not 25 "points"
+
+
+def test_an_installed_package_offers_workloads_through_the_entry_point_group(user_file, monkeypatch):
+    import lab.workloads.spec as spec_mod
+
+    path, name = user_file
+    # what importlib.metadata gives for `[project.entry-points."lab.workloads"] mine = "pkg.mod:make"`:
+    # a label and ep.load, which returns the object the entry point names (here the file's make function)
+    monkeypatch.setattr(spec_mod, "_entry_points", lambda: [("entry point mine", lambda: spec_mod._import_target(
+        f"{path}:make"))])
+    monkeypatch.setattr(spec_mod, "_environment_loaded", False)
+    from lab.workloads import list_workloads
+
+    assert name in list_workloads()
