@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from lab.config import FAMILIES, SIZES, RunConfig
+from lab.distributed.launch import RankFailure
 from lab.recipes import RECIPES, TECHNIQUES
 from lab.registry import LOADERS, STORAGES
 
@@ -30,8 +32,8 @@ ALIASES = {
 }
 #: Fields whose allowed values are a registry's names (the single source of those names).
 CHOICES = {"data.loader": LOADERS, "data.storage": STORAGES}
-ABLATE_TABLE_COLUMNS = ["arm", "status", "train_speedup", "train_speedup_lo", "train_speedup_hi", "infer_speedup",
-                        "acc_loss_pt", "noise_pt", "within_noise", "size_ratio", "why"]
+ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
+                        "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size_ratio", "why"]
 
 
 class UsageError(Exception):
@@ -135,6 +137,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _writable_file(path: str, flag: str) -> Path:
+    """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
+    folder that cannot be written. Nothing is created here."""
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"{flag} {out} is a folder; give a file name")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{flag} {out}: {parent} is a file, not a folder")
+            if not os.access(parent, os.W_OK):
+                raise UsageError(f"{flag} {out}: the folder {parent} is not writable")
+            break
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UsageError(f"{flag} {out} is read-only")
+    return out
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Build the RunConfig from parsed flags (only flags the user gave override the defaults)."""
     keys = {f.name for f in dataclasses.fields(RunConfig) if f.name not in FAMILIES}
@@ -175,6 +195,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = run(cfg, progress=progress, on_error="record")
         if bar is not None:
             bar.close()
+            bar = None
         if result.details.get("ddp", {}).get("rank", 0) != 0:
             return 0 if result.status == "ok" else 1
         stored = None
@@ -182,6 +203,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             store.add(result, label=args.label)
             stored = store.path
     finally:
+        if bar is not None:  # interrupted or failed mid-training: clear the bar before the one-line message
+            bar.close()
         if store is not None:
             store.close()
     if args.json:
@@ -194,6 +217,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_runs(args: argparse.Namespace) -> int:
     from lab.store import ResultStore, default_store_path
 
+    if args.limit < 1:
+        raise UsageError(f"--limit {args.limit} is invalid: allowed: >= 1 (the number of latest runs shown)")
     path = Path(args.store) if args.store else default_store_path()
     if not path.exists():
         print(f"no runs in {path} (no results database yet)")
@@ -227,7 +252,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from lab.ablation import best_under_budget, interaction_effects, run_ablation
+    from lab.ablation import interaction_effects, run_ablation, verdict
     from lab.recipes import factorial, from_techniques, get_recipe
     from lab.store import ResultStore
 
@@ -243,6 +268,8 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
         raise UsageError(f"repeats={args.repeats} is invalid: allowed: >= 1")
     if not 0 <= args.budget_pt < float("inf"):  # also refuses nan
         raise UsageError(f"budget-pt={args.budget_pt} is invalid: allowed: a finite number >= 0")
+    if args.csv:
+        _writable_file(args.csv, "--csv")  # checked now, not after the ablation has run
     with ResultStore(args.db) as store, tqdm(total=len(ablation.arms) * args.repeats * args.seeds,
                                               unit="run", file=sys.stderr) as bar:
         def progress(event: dict) -> None:
@@ -257,14 +284,13 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
         table["why"] = table["why"].fillna("").str.slice(0, 50)
         print(table.to_string(index=False))
         effects = interaction_effects(df)
-        if not effects.empty:
-            print("\ninteractions:\n" + effects.round(3).to_string(index=False))
-    if (df["baseline_learned"] == False).any():  # noqa: E712 - a column of True / False / None
-        print("\nWARNING: the baseline did not learn (its metric is not clearly better than untrained or chance): "
-              "the accuracy deltas above mean nothing at this size; train longer or pick a larger size")
-    best = best_under_budget(df, args.budget_pt)
-    print(f"\nbest within {args.budget_pt:g} pt: "
-          + (f"{best['arm']} {best['train_speedup']:.2f}x training" if best is not None else "none"))
+        if not effects.empty and (effects["term"] != "main").any():
+            print("\nfactorial effects (training speedup):\n" + effects.round(3).to_string(index=False))
+    print("\n(blank speedup: the arm's techniques cannot change that axis, e.g. post-training int8 on training; "
+          "blank interval: fewer than 3 runs)")
+    for speed in ("train_speedup", "infer_speedup"):
+        print(f"verdict ({speed.split('_')[0]}, within {args.budget_pt:g}): "
+              + verdict(df, args.budget_pt, speed)["text"])
     if args.csv:
         df.to_csv(args.csv, index=False)
     return 0
@@ -275,6 +301,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     scripts = bench.benchmark_scripts(only=args.only)
     out_dir = Path(args.out) if args.out else bench.default_out_dir(args.quick)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir} is a file; give a folder for the benchmark results")
     if args.report_only and not out_dir.is_dir():
         raise UsageError(f"--report-only: {out_dir} does not exist (run `python -m lab bench` first)")
     failed, _ = ([], {}) if args.report_only else bench.run_benchmarks(scripts, out_dir, quick=args.quick)
@@ -308,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError) as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 2
+    except RankFailure as exc:  # a data-parallel rank died, hung or raised: the job failed, one line names it
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("lab: interrupted", file=sys.stderr)
         return 130

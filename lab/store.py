@@ -79,6 +79,33 @@ def _check_path(path: Path, read_only: bool) -> None:
         raise ValueError(f"results store {path}: the folder {path.parent} is not writable")
 
 
+#: Columns of the ``runs`` table (a database whose ``runs`` table lacks one is not a lab store).
+RUN_COLUMNS = ("run_id", "started_at", "workload", "status", "label", "config_hash", "result_json")
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path, read_only: bool) -> bool:
+    """Refuse a SQLite file that belongs to something else before anything is written into it: a ``runs``
+    table without the lab's columns, another application's tables without one, a newer schema version.
+    Returns whether the ``runs`` table exists."""
+    tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                    if not r[0].startswith("sqlite_"))
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if "runs" in tables:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+        missing = [c for c in RUN_COLUMNS if c not in cols]
+        if missing:
+            raise ValueError(f"results store {path} is not a lab results database: its table 'runs' lacks column "
+                             f"{missing[0]!r}; give another file (--store or LAB_RESULTS_DB)")
+    elif tables:
+        raise ValueError(f"results store {path} is another application's SQLite database (tables: "
+                         f"{', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''}); the lab will not write into "
+                         "it: give another file (--store or LAB_RESULTS_DB)")
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"results store {path} has schema version {version}, newer than this lab's "
+                         f"{SCHEMA_VERSION}: update the lab")
+    return "runs" in tables
+
+
 def _sqlite_reason(exc: sqlite3.Error) -> str:
     text = str(exc)
     if "not a database" in text or "malformed" in text:
@@ -128,8 +155,10 @@ class ResultStore:
                                          uri=uri)
             conn = self._conn
             conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            has_runs = in_memory or _check_schema(conn, self.path, read_only)  # not a database -> an error here
             if read_only:
-                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # not a database -> an error here
+                if not has_runs:  # an empty SQLite file: no runs; a TEMP table keeps the file untouched
+                    conn.execute(_SCHEMA.split(";")[0].replace("CREATE TABLE", "CREATE TEMP TABLE"))
                 return
             if not in_memory:
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -287,6 +316,11 @@ class ResultStore:
         out = Path(path)
         if out.is_dir():
             raise ValueError(f"export target {out} is a folder; give a file name such as {out / 'runs.csv'}")
+        for parent in out.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise ValueError(f"export target {out}: {parent} is a file, not a folder")
+                break
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "a"):

@@ -61,12 +61,13 @@ def test_family_flags_reach_the_config():
     from lab.cli import build_parser, config_from_args
 
     args = build_parser().parse_args(["run", "--loader", "dataloader", "--num-workers", "2", "--pin-memory",
-                                      "--prefetch-factor", "4", "--threads", "1", "--world-size", "2", "--ddp-timeout-s", "30",
-                                      "--precision-fp32-modules", "fc,emb", "--epochs", "none"])
+                                      "--prefetch-factor", "4", "--threads", "1", "--world-size", "2",
+                                      "--ddp-timeout-s", "30",
+                                      "--precision", "bf16", "--precision-fp32-modules", "fc,emb", "--epochs", "none"])
     cfg = config_from_args(args)
     assert cfg.data.loader == "dataloader" and cfg.data.num_workers == 2 and cfg.data.pin_memory
     assert cfg.data.prefetch_factor == 4 and cfg.threads == 1 and cfg.ddp.timeout_s == 30.0
-    assert cfg.precision.fp32_modules == ("fc", "emb") and cfg.epochs is None
+    assert cfg.precision.dtype == "bf16" and cfg.precision.fp32_modules == ("fc", "emb") and cfg.epochs is None
 
 
 @pytest.mark.parametrize(("argv", "needle"), [

@@ -134,8 +134,9 @@ def test_ddp_two_ranks_equal_one_process_with_double_batch_and_data_once():
 
 def test_killed_rank_ends_the_job_with_an_error_naming_it():
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="rank 1 died"):
+    with pytest.raises(RuntimeError, match=r"^rank 1 died: killed by SIGKILL \(exit code -9\)") as err:
         spawn(killed_rank_worker, 2, (5.0,), timeout_s=60)
+    assert err.value.rank == 1 and err.value.signal == "SIGKILL" and "\n" not in str(err.value)
     assert time.monotonic() - t0 < 60
 
 

@@ -103,6 +103,8 @@ class RunConfig:
     def _resolve_workload(self) -> None:
         """A spec in ``workload`` is loaded and replaced by the name it registers; a stored ``workload_spec``
         is loaded when its workload is not registered in this process yet."""
+        if not isinstance(self.workload, str):
+            fail("workload", self.workload, "must be a workload name or a spec string (module:NAME / file.py:NAME)")
         if self.workload_spec is not None and not isinstance(self.workload_spec, str):
             fail("workload_spec", self.workload_spec, "must be a spec string or None")
         if isinstance(self.workload, str) and is_spec(self.workload):
@@ -137,9 +139,10 @@ class RunConfig:
             if name in d:
                 kwargs[name] = _family_from_dict(name, fam_cls, d.pop(name))
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(map(str, set(d) - known))
         if unknown:
-            raise ValueError(f"unknown RunConfig field(s): {', '.join(unknown)}")
+            raise ValueError(f"unknown RunConfig field(s): {', '.join(unknown)}; fields: "
+                             + ", ".join(f.name for f in fields(cls)))
         return cls(**d, **kwargs)
 
     def with_overrides(self, **changes: Any) -> RunConfig:
@@ -174,8 +177,8 @@ def _family_from_dict(name: str, cls: type, value: Any) -> Any:
     if not isinstance(value, dict):
         raise ValueError(f"{name}={value!r} is invalid: must be a mapping of {cls.__name__} fields")
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(value) - set(known))
+    unknown = sorted(map(str, set(value) - set(known)))
     if unknown:
-        raise ValueError(f"unknown {name} field(s): {', '.join(unknown)}")
+        raise ValueError(f"unknown {name} field(s): {', '.join(unknown)}; fields: {', '.join(known)}")
     value = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
     return cls(**value)

@@ -95,6 +95,7 @@ class PrecisionConfig(_Family):
     """Numeric precision of the forward pass (autocast); ``fp32_modules`` names modules kept in fp32."""
 
     family: ClassVar[str] = "precision"
+    SWITCH: ClassVar[str] = "precision.dtype other than 'fp32' (--precision)"
     DTYPES: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "auto")
 
     dtype: str = "fp32"
@@ -105,10 +106,11 @@ class PrecisionConfig(_Family):
         if not isinstance(self.fp32_modules, tuple) or not all(isinstance(m, str) and m
                                                                for m in self.fp32_modules):
             fail(self._name("fp32_modules"), self.fp32_modules, "must be a tuple of module names or types")
+        self._refuse_when_off()
 
     @property
     def enabled(self) -> bool:
-        return self.dtype != "fp32" or bool(self.fp32_modules)
+        return self.dtype != "fp32"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,14 @@ import torch
 STRATEGIES = ("contiguous", "strided", "hash")
 
 
+def _int(name: str, value: object, lo: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (lo is not None and value < lo):
+        raise ValueError(f"{name}={value!r} is invalid: must be an integer" + (f" >= {lo}" if lo is not None else ""))
+
+
 def _check(world_size: int, rank: int, num_workers: int, worker: int, strategy: str) -> None:
+    for name, value in (("world_size", world_size), ("rank", rank), ("num_workers", num_workers), ("worker", worker)):
+        _int(name, value)  # integers; their ranges are checked below
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is invalid: allowed: {', '.join(STRATEGIES)}")
     if world_size < 1 or not 0 <= rank < world_size:
@@ -34,8 +41,8 @@ def _mix(ids: np.ndarray, seed: int) -> np.ndarray:
 
 def part_of(n: int, parts: int, strategy: str, *, ids: np.ndarray | None = None, seed: int = 0) -> np.ndarray:
     """For each of ``n`` samples (or ``ids``), the part 0..parts-1 that owns it."""
-    if parts < 1:
-        raise ValueError(f"parts={parts!r} is invalid: must be >= 1")
+    _int("parts", parts, 1)
+    _int("n", n, 0)
     if strategy == "contiguous":
         return (np.arange(n) * parts) // n
     if strategy == "strided":
@@ -70,6 +77,8 @@ def epoch_order(indices: np.ndarray, *, seed: int, epoch: int, shuffle: bool = T
 
 def resume(order: np.ndarray, batch_size: int, batches_done: int) -> np.ndarray:
     """What is left of an epoch after ``batches_done`` batches: the same order, without repeats or gaps."""
+    _int("batch_size", batch_size, 1)
+    _int("batches_done", batches_done, 0)
     if batches_done < 0 or batches_done * batch_size > len(order):
         raise ValueError(f"batches_done={batches_done!r} is invalid: must be in 0..{len(order) // batch_size}")
     return order[batches_done * batch_size:]

@@ -24,7 +24,7 @@ from lab.distributed import ddp, launch
 from lab.distributed.ddp import *  # noqa: F403 - the names in its __all__
 from lab.distributed.ddp import RankSlicedLoader, describe, unwrap, wrap
 from lab.distributed.launch import *  # noqa: F403 - the names in its __all__
-from lab.distributed.launch import resolve_backend
+from lab.distributed.launch import check_spawn_world_size, detect_launch, resolve_backend
 from lab.loop import Loader, StepHook
 from lab.result import RunResult
 
@@ -32,12 +32,14 @@ __all__ = [*ddp.__all__, *launch.__all__,
            "after_training", "before_training", "check", "fit_options", "loader_factory", "report"]
 
 
-
-
 def check(cfg: RunConfig) -> None:
-    """Refuse a backend this machine cannot run (NCCL without CUDA) before spawning any rank."""
+    """Refuse a backend this machine cannot run (NCCL without CUDA), and more ranks than this machine may
+    spawn (:func:`lab.distributed.launch.check_spawn_world_size`), before spawning any rank."""
     if cfg.ddp.enabled:
-        resolve_backend(cfg.ddp.backend, resolve_device(cfg.device))
+        device = resolve_device(cfg.device)
+        resolve_backend(cfg.ddp.backend, device)
+        if cfg.ddp.world_size > 1 and not detect_launch().distributed:  # spawned here, not by torchrun / srun
+            check_spawn_world_size(cfg.ddp.world_size, device)
 
 
 def _distributed(ctx: TrainContext) -> bool:

@@ -12,6 +12,7 @@ import os
 import signal
 import statistics
 import time
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -87,6 +88,25 @@ def killed_rank_worker(timeout_s: float = 10.0) -> None:
     if info.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     dist.all_reduce(torch.ones(4))
+    time.sleep(timeout_s * 3)  # never reached in a healthy launcher: the job must end before this
+
+
+def faulty_rank_worker(fault: str, timeout_s: float = 5.0) -> None:
+    """Rank 1 fails as asked while rank 0 waits for it in an all-reduce bounded by ``timeout_s``:
+    ``kill`` (SIGKILL, an OOM kill), ``stop`` (SIGSTOP: alive but hung), ``exit`` (``os._exit(3)``), ``raise``
+    (a ``ValueError``, a refused input). The launcher must name rank 1 in every case, never rank 0."""
+    info = init_from_env(timeout_s=60)  # a generous rendezvous: both ranks import torch on a small box
+    group = dist.new_group(timeout=timedelta(seconds=timeout_s))  # the all-reduce below waits this long
+    if info.rank == 1:
+        if fault == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif fault == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif fault == "exit":
+            os._exit(3)
+        elif fault == "raise":
+            raise ValueError("rank 1 refuses its input")
+    dist.all_reduce(torch.ones(4), group=group)
     time.sleep(timeout_s * 3)  # never reached in a healthy launcher: the job must end before this
 
 

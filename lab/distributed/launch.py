@@ -9,10 +9,21 @@ see docs/distributed.md); :func:`spawn` / :func:`spawn_run` from a notebook, tes
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
+import json
+import multiprocessing.connection as mp_connection
 import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +35,23 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from lab.config import DDPConfig, RunConfig
+from lab.distributed.supervise import (
+    HEARTBEAT_S,
+    STALE_S,
+    RankFailure,
+    RankHung,
+    RankState,
+    RankValueError,
+    check_spawn_world_size,
+    diagnose,
+    die_with_parent,
+    find_hung,
+    heartbeat,
+    is_dist_error,
+    max_local_ranks,
+    start_watchdog,
+    tell,
+)
 from lab.result import RunResult
 
 
@@ -98,47 +126,103 @@ def free_port() -> int:
 
 # --------------------------------------------------------------------------------------------- spawn
 def _spawn_entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple, out_dir: str,
-                 threads_per_rank: int) -> None:
+                 threads_per_rank: int, parent: int) -> None:
+    die_with_parent(parent)
+    out = Path(out_dir)
+    alive = out / f"rank{rank}.alive"
+    alive.write_text(f"{os.getpid()}\n")
+    threading.Thread(target=heartbeat, args=(alive, parent), name="lab-heartbeat", daemon=True).start()
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "LAB_LAUNCHER": "spawn"})
     torch.set_num_threads(threads_per_rank)  # ranks x threads must not exceed the cores
     try:
         value = fn(*args)
-        torch.save(value, Path(out_dir) / f"rank{rank}.pt")
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        torch.save(value, out / f"rank{rank}.tmp")
+        os.replace(out / f"rank{rank}.tmp", out / f"rank{rank}.pt")  # a result file is complete or absent
+    except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which names this rank
+        record = {"type": type(exc).__name__, "message": str(exc).strip(), "dist": is_dist_error(exc),
+                  "value_error": isinstance(exc, ValueError), "traceback": traceback.format_exc(limit=20)}
+        with contextlib.suppress(OSError):
+            (out / f"rank{rank}.err").write_text(json.dumps(record))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # no traceback on the user's terminal, no hang in a teardown waiting for dead peers
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
-def spawn(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *, timeout_s: float = 120.0,
-          threads_per_rank: int = 1) -> list[Any]:
+def spawn(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *, timeout_s: float | None = 120.0,
+          threads_per_rank: int = 1, hang_timeout_s: float = 60.0) -> list[Any]:
     """Run ``fn(*args)`` in ``world_size`` fresh processes (spawn start method) and return each rank's value.
 
-    ``fn`` must be importable (a module-level function) and calls :func:`init_from_env` itself. If any rank
-    raises or is killed, the others are terminated and the error names the rank; ``timeout_s`` bounds the
-    whole job, so a hang ends too."""
-    if world_size < 1:
-        raise ValueError(f"world_size={world_size} is invalid: must be >= 1")
-    with tempfile.TemporaryDirectory(prefix="lab-spawn-") as out_dir:
-        ctx = mp.start_processes(_spawn_entry, args=(fn, world_size, free_port(), tuple(args), out_dir,
-                                                     threads_per_rank),
-                                 nprocs=world_size, join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout_s
+    ``fn`` must be importable (a module-level function) and calls :func:`init_from_env` itself. Faults end the
+    job with one :class:`RankFailure` line naming the rank, and every other rank is stopped: a rank killed by a
+    signal or exiting with a code ("rank 1 died: killed by SIGKILL (exit code -9)"); a rank whose heartbeat is
+    older than ``hang_timeout_s`` or whose process is stopped (:class:`RankHung`, also a ``TimeoutError``);
+    a rank that raised (a ``ValueError`` stays one: :class:`RankValueError`). ``timeout_s`` bounds the whole
+    job (None: no bound). Ranks never see Ctrl-C (the launcher stops them), die with the launcher, and the
+    spawn folder is removed on every exit, the launcher's own death by SIGKILL included (a watchdog process).
+    More ranks than :func:`check_spawn_world_size` allows are refused before any starts."""
+    check_spawn_world_size(world_size)
+    out_dir = tempfile.mkdtemp(prefix="lab-spawn-")
+    watchdog = start_watchdog(out_dir)
+    cleanup = functools.partial(shutil.rmtree, out_dir, ignore_errors=True)
+    atexit.register(cleanup)
+    ctx = mp.get_context("spawn")
+    states: list[RankState] = []
+    try:
+        port, parent = free_port(), os.getpid()
+        # Ranks start with SIGINT ignored (inherited through exec): a Ctrl-C reaches the launcher alone, which
+        # stops them, so no rank prints a KeyboardInterrupt traceback of its own.
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
-            while not ctx.join(timeout=0.5):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"distributed job did not finish within {timeout_s:g} s; all ranks stopped")
-        except mp.ProcessRaisedException as exc:
-            raise RuntimeError(f"rank {exc.error_index} raised: {str(exc).strip().splitlines()[-1]}") from exc
-        except mp.ProcessExitedException as exc:
-            raise RuntimeError(f"rank {exc.error_index} died (exit code {exc.exit_code}); "
-                               "the other ranks were stopped") from exc
+            for rank in range(world_size):
+                p = ctx.Process(target=_spawn_entry, name=f"lab-rank{rank}", daemon=False,
+                                args=(rank, fn, world_size, port, tuple(args), out_dir, threads_per_rank, parent))
+                p.start()
+                states.append(RankState(rank, p, Path(out_dir), time.monotonic()))
+                tell(watchdog, str(p.pid))
         finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-                p.join(5)
-        return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+            if main:
+                signal.signal(signal.SIGINT, old)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            if any(s.exitcode not in (None, 0) for s in states):
+                raise diagnose(states, hang_timeout_s)
+            if all(s.exitcode == 0 for s in states):
+                break
+            hung = find_hung(states, hang_timeout_s)
+            if hung is not None:
+                raise hung
+            if deadline is not None and time.monotonic() > deadline:
+                stale = find_hung(states, min(hang_timeout_s, STALE_S), stopped_is_hung=True, others=False)
+                raise RankHung(f"distributed job did not finish within {timeout_s:g} s"
+                               + (f": {stale}" if stale else "") + "; the launcher ended every rank",
+                               rank=stale.rank if stale else None, kind="timeout")
+            mp_connection.wait([s.process.sentinel for s in states if s.exitcode is None], timeout=HEARTBEAT_S)
+        values = []
+        for s in states:
+            path = Path(out_dir) / f"rank{s.rank}.pt"
+            if not path.exists():
+                raise RankFailure(f"rank {s.rank} exited (exit code 0) without returning a result", rank=s.rank,
+                                  kind="no_result", exit_code=0)
+            values.append(torch.load(path, weights_only=False))
+        return values
+    finally:
+        for s in states:
+            if s.process.exitcode is None:
+                s.process.kill()  # SIGKILL also ends a stopped process
+        for s in states:
+            s.process.join(5)
+        cleanup()
+        atexit.unregister(cleanup)
+        tell(watchdog, "done")
+        if watchdog is not None:
+            with contextlib.suppress(OSError, ValueError):
+                watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watchdog.wait(5)
 
 
 def init_from_env(timeout_s: float = 60.0, backend: str = "gloo") -> LaunchInfo:
@@ -163,11 +247,13 @@ def spawn_run(cfg: RunConfig, run_fn: Callable[..., Any], *, setup: Callable[[],
     ranks; returns rank 0's RunResult.
 
     ``setup`` (importable, no arguments) runs first in every rank, e.g. to register a user workload
-    that a fresh process would not know."""
+    that a fresh process would not know. A rank that dies, hangs (no heartbeat for ``cfg.ddp.timeout_s``,
+    the bound every collective has too) or raises ends the job with a :class:`RankFailure` naming it;
+    ``timeout_s`` bounds the whole job (default: none, a long run is not a hang)."""
     n = cfg.ddp.world_size
     threads = cfg.threads or max(1, (os.cpu_count() or 1) // n)
-    values = spawn(_run_worker, n, (run_fn, cfg.to_dict(), setup), timeout_s=timeout_s or cfg.ddp.timeout_s + 120,
-                   threads_per_rank=threads)
+    values = spawn(_run_worker, n, (run_fn, cfg.to_dict(), setup), timeout_s=timeout_s,
+                   threads_per_rank=threads, hang_timeout_s=cfg.ddp.timeout_s)
     return RunResult.from_dict(values[0])
 
 
@@ -178,6 +264,7 @@ def finish() -> None:
         dist.destroy_process_group()
 
 __all__ = [
-    "detect_launch", "finish", "free_port", "init_from_env", "init_process_group", "LaunchInfo", "resolve_backend",
-    "spawn", "spawn_run",
+    "check_spawn_world_size", "detect_launch", "finish", "free_port", "init_from_env", "init_process_group",
+    "LaunchInfo", "max_local_ranks", "RankFailure", "RankHung", "RankValueError", "resolve_backend", "spawn",
+    "spawn_run",
 ]

@@ -32,6 +32,12 @@ def check(cfg: RunConfig) -> None:
     """Nothing to refuse before the model exists: every dtype runs (emulated ones carry a "why" tag)."""
 
 
+def preflight(ctx: TrainContext, model: nn.Module) -> None:
+    """Check ``precision.fp32_modules`` against a fresh model, before any training."""
+    if ctx.cfg.precision.fp32_modules:
+        match_fp32_modules(model, ctx.cfg.precision.fp32_modules)
+
+
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
     """Check ``precision.fp32_modules`` against the model now, not at the first training step."""
     if ctx.cfg.precision.fp32_modules:

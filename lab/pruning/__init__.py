@@ -71,6 +71,12 @@ def _check_model(model: nn.Module, pcfg: PruneConfig, scopes: ScopesFn | None,
     return prunable_weights(model, pcfg.layers, example)
 
 
+def preflight(ctx: TrainContext, model: nn.Module) -> None:
+    """Check ``prune.layers`` (and what the method can prune) against a fresh model, before any training."""
+    if ctx.cfg.prune.enabled:
+        _check_model(model, ctx.cfg.prune, ctx.workload.prune_scopes, _batch(ctx.data.train, 2, ctx.device))
+
+
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
     """Validate the selection; for ``gradual``, put identity masks on the targets (so the optimizer holds
     ``weight_orig`` from step 0) and return the cubic-schedule step hook."""

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab.config import RunConfig
+from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
 from lab.loop import StepHook
 from lab.quant import int8, swap
@@ -37,6 +37,21 @@ def check(cfg: RunConfig) -> None:
     """Refuse int8 combinations this machine cannot run, before any training."""
     if cfg.quant.enabled:
         check_supported(cfg)
+
+
+def preflight(ctx: TrainContext, model: nn.Module) -> None:
+    """Before any training: the method must be able to replace something in this model, and static int8
+    cannot calibrate on more batches than the training split holds."""
+    qc = ctx.cfg.quant
+    if not qc.enabled:
+        return
+    check_model(model, qc.method)
+    if qc.method == "static":
+        available = len(ctx.make_loader())
+        # the default (16) adapts to a small split; a number asked for must be there
+        if qc.calibration_batches > available and qc.calibration_batches != QuantConfig().calibration_batches:
+            raise ValueError(f"quant.calibration_batches={qc.calibration_batches} is invalid: the training split "
+                             f"has {available} batches of {ctx.resolved.batch_size}; lower it (or the batch size)")
 
 
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
