@@ -140,16 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _writable_file(path: str, flag: str) -> Path:
     """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
     folder that cannot be written. Nothing is created here."""
+    from lab.store import check_file_target
+
     out = Path(path)
-    if out.is_dir():
-        raise UsageError(f"{flag} {out} is a folder; give a file name")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UsageError(f"{flag} {out}: {parent} is a file, not a folder")
-            if not os.access(parent, os.W_OK):
-                raise UsageError(f"{flag} {out}: the folder {parent} is not writable")
-            break
+    check_file_target(out, flag, "out.csv")
+    parent = next((p for p in out.parents if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag} {out}: the folder {parent} is not writable")
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"{flag} {out} is read-only")
     return out

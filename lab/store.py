@@ -56,15 +56,21 @@ def default_store_path() -> Path:
     return cache / "lab" / "lab.sqlite"
 
 
-def _check_path(path: Path, read_only: bool) -> None:
-    """The path problems sqlite3 reports late or cryptically, as one line each."""
+def check_file_target(path: Path, what: str, example: str) -> None:
+    """Refuse a path that cannot become a file, as one line: a folder (``example`` is a file name to
+    suggest) or a path under a regular file. Shared by the store, ``export`` and the CLI's output flags."""
     if path.is_dir():
-        raise ValueError(f"results store {path} is a folder; give a file path such as {path / 'lab.sqlite'}")
+        raise ValueError(f"{what} {path} is a folder; give a file path such as {path / example}")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise ValueError(f"results store {path}: {parent} is a file, not a folder")
+                raise ValueError(f"{what} {path}: {parent} is a file, not a folder")
             break
+
+
+def _check_path(path: Path, read_only: bool) -> None:
+    """The path problems sqlite3 reports late or cryptically, as one line each."""
+    check_file_target(path, "results store", "lab.sqlite")
     if read_only:
         if not path.is_file():
             raise ValueError(f"no results database at {path} (nothing stored yet: `python -m lab run` stores runs)")
@@ -314,13 +320,7 @@ class ResultStore:
         """Write ``load_runs(...)`` as CSV (for spreadsheets or another tool); returns the path. A target
         that is a folder or cannot be written is a ``ValueError`` naming it, checked before reading."""
         out = Path(path)
-        if out.is_dir():
-            raise ValueError(f"export target {out} is a folder; give a file name such as {out / 'runs.csv'}")
-        for parent in out.parents:
-            if parent.exists():
-                if not parent.is_dir():
-                    raise ValueError(f"export target {out}: {parent} is a file, not a folder")
-                break
+        check_file_target(out, "export target", "runs.csv")
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "a"):

@@ -175,7 +175,6 @@ def count_macs_by_dtype(model: nn.Module, example_inputs: tuple) -> dict[str, in
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    modes = {m: m.training for m in model.modules()}
     counter = FlopCounterMode(display=False, custom_mapping=_custom_flop_formulas())
     fp32_fix = {"flops": 0}
     int8 = {"macs": 0}
@@ -202,14 +201,11 @@ def count_macs_by_dtype(model: nn.Module, example_inputs: tuple) -> dict[str, in
         elif _is_int8(m):
             handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(int8_post)]
     try:
-        model.eval()
-        with torch.no_grad(), _mha_fastpath_off(), counter:
+        with evaluation_mode(model), _mha_fastpath_off(), counter:
             model(*example_inputs)
     finally:
         for h in handles:
             h.remove()
-        for m, training in modes.items():
-            m.train(training)
     return {"fp32": int((counter.get_total_flops() + fp32_fix["flops"]) // 2), "int8": int8["macs"]}
 
 
@@ -256,6 +252,20 @@ def weights_used_per_sample_guard(model: nn.Module, macs_per_sample: float) -> s
             "(fused or custom op)")
 
 __all__ = [
-    "count_macs", "count_macs_by_dtype", "count_nonzero_params", "count_params", "serialized_size_bytes",
-    "weights_used_per_sample", "weights_used_per_sample_guard",
+    "count_macs", "count_macs_by_dtype", "count_nonzero_params", "count_params", "evaluation_mode",
+    "serialized_size_bytes", "weights_used_per_sample", "weights_used_per_sample_guard",
 ]
+
+
+@contextlib.contextmanager
+def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """One look at a model: eval mode under ``no_grad`` (no BatchNorm statistics updated, no graph kept),
+    every module's own mode restored afterwards (a model mid-training may mix modes)."""
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        for m, training in modes.items():
+            m.train(training)

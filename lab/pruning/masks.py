@@ -31,6 +31,7 @@ from torch import nn
 from torch.nn.utils import prune as tprune
 
 from lab.config import PruneConfig, RunConfig
+from lab.measure import evaluation_mode
 from lab.pruning.channels import ScopesFn, prune_channels
 
 #: Layer types whose weights can carry an unstructured mask (embeddings only when named in ``layers``).
@@ -95,16 +96,12 @@ def _reached(model: nn.Module, modules: list[nn.Module], example_inputs: tuple) 
     for m in model.modules():
         if id(m) in watch or isinstance(m, nn.MultiheadAttention):
             handles.append(m.register_forward_pre_hook(lambda mod, args: ran.add(id(mod))))
-    modes = {m: m.training for m in model.modules()}
     try:
-        model.eval()
-        with torch.no_grad():
+        with evaluation_mode(model):
             model(*example_inputs)
     finally:
         for h in handles:
             h.remove()
-        for m, training in modes.items():
-            m.train(training)
     for m in model.modules():
         if isinstance(m, nn.MultiheadAttention) and id(m) in ran:
             ran.add(id(m.out_proj))  # ApplyChildMasks recomputes its mask when the attention runs
