@@ -68,7 +68,7 @@ def test_dashboard_draws_the_ablation_chart_in_a_real_browser(tmp_path, private_
                 page.wait_for_timeout(1_000)
                 page.get_by_role("button", name="Run ablation").click()
                 page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=120_000)
-                page.get_by_text("Best within").first.wait_for(timeout=30_000)
+                page.get_by_text("Verdict (").first.wait_for(timeout=30_000)
                 shot = tmp_path / "dashboard.png"
                 page.screenshot(path=str(shot), full_page=True)
                 assert shot.stat().st_size > 10_000

@@ -860,6 +860,10 @@ def test_ddp_faulty_rank_is_named_never_the_waiting_one(fault, cls, needle):
     assert fault != "stop" or "stopped" in msg
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class LabProcess:
     """``python -m lab ...`` in its own session (so a Ctrl-C can go to its whole group, as a terminal's
     does), TMPDIR private (so the spawn folder can be found and checked), stderr read as it comes."""
@@ -868,8 +872,11 @@ class LabProcess:
         self.tmp = tmp / "tmpdir"
         self.tmp.mkdir(exist_ok=True)
         env = {**os.environ, "TMPDIR": str(self.tmp), "PYTHONUNBUFFERED": "1"}
+        # preexec: a job started in the background (as CI may start this suite) inherits SIGINT *ignored*, and
+        # Python then installs no KeyboardInterrupt handler; a terminal's foreground job has the default.
         self.proc = subprocess.Popen([sys.executable, "-m", "lab", *argv], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                     preexec_fn=_default_sigint)
         self._err = bytearray()
         self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
