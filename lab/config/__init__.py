@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from lab.config.checks import check_choice, check_float, check_int, fail
+from lab.config.checks import check_bool, check_choice, check_float, check_int, fail
 from lab.config.families import (
     FAMILIES,
     ComputeConfig,
@@ -33,6 +33,13 @@ from lab.config.families import (
 from lab.workloads import is_spec, list_workloads, load_spec, registered, spec_of
 
 SIZES = ("tiny", "small", "full")
+#: Model-size rungs of the built-in workloads (issue 15): ``None`` keeps each workload's own model; a rung
+#: grows width (and depth where natural) while the data stay the same (:meth:`Workload.build_model`).
+MODEL_SCALES = ("xs", "s", "m", "l", "xl")
+#: Fields added after runs were first stored: left out of :meth:`RunConfig.to_dict` while at their default,
+#: so a config (and the stored run's hash) that does not use them reads exactly as before.
+_LATE_FIELDS = {"model_scale": None, "profile": False, "checkpoint_every": None, "resume": None}
+_LATE_FAMILY_FIELDS = {"data": {"source": "memory", "ideal_replay": False}, "quant": {"flow": "pt2e"}}
 OPTIMIZERS = ("adam", "sgd")
 
 
@@ -58,6 +65,10 @@ class RunConfig:
     warmup_steps: int = 3
     eval_batch_size: int = 256
     latency_repeats: int = 20
+    model_scale: str | None = None
+    profile: bool = False
+    checkpoint_every: int | None = None
+    resume: str | None = None
     data: DataConfig = field(default_factory=DataConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
@@ -96,6 +107,11 @@ class RunConfig:
             fail("warmup_steps", self.warmup_steps, f"must be < max_steps={self.max_steps}: no step would be measured")
         check_int("eval_batch_size", self.eval_batch_size, lo=1, hi=1 << 20)
         check_int("latency_repeats", self.latency_repeats, lo=0, hi=100_000)
+        check_choice("model_scale", self.model_scale, MODEL_SCALES, optional=True)
+        check_bool("profile", self.profile)
+        check_int("checkpoint_every", self.checkpoint_every, lo=1, optional=True)
+        if self.resume is not None and (not isinstance(self.resume, str) or not self.resume.strip()):
+            fail("resume", self.resume, "must be a run id or a checkpoint path")
         for name, cls in FAMILIES.items():
             if not isinstance(getattr(self, name), cls):
                 fail(name, getattr(self, name), f"must be a {cls.__name__}")
@@ -125,6 +141,13 @@ class RunConfig:
         d = json.loads(json.dumps(dataclasses.asdict(self)))
         if d.get("workload_spec") is None:
             d.pop("workload_spec", None)
+        for key, default in _LATE_FIELDS.items():
+            if d.get(key) == default:
+                d.pop(key, None)
+        for fam, late in _LATE_FAMILY_FIELDS.items():
+            for key, default in late.items():
+                if d[fam].get(key) == default:
+                    d[fam].pop(key, None)
         return d
 
     @classmethod

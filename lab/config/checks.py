@@ -10,7 +10,9 @@ def fail(name: str, value: Any, allowed: str) -> None:
     raise ValueError(f"{name}={value!r} is invalid: {allowed}")
 
 
-def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+def check_choice(name: str, value: Any, allowed: tuple[str, ...], *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
     if value not in allowed:
         fail(name, value, "allowed: " + ", ".join(allowed))
 

@@ -44,7 +44,8 @@ class DataConfig(_Family):
 
     family: ClassVar[str] = "data"
     SWITCH: ClassVar[str] = "data.loader other than 'memory' (--loader)"
-    OFF_OK: ClassVar[tuple[str, ...]] = ("shuffle", "drop_last")  # the in-memory loader honours both
+    OFF_OK: ClassVar[tuple[str, ...]] = ("shuffle", "drop_last", "source", "ideal_replay")
+    SOURCES: ClassVar[tuple[str, ...]] = ("memory", "files")
 
     loader: str = "memory"
     num_workers: int = 0
@@ -55,8 +56,12 @@ class DataConfig(_Family):
     drop_last: bool = True
     storage: str = "none"  # emulated storage preset (lab.registry.STORAGES); "none" = in-memory, no cost
     prefetch_depth: int = 2  # batches the thread prefetcher may hold ahead of the training loop
+    source: str = "memory"  # "files": the training split written once to shard files and read back (issue 18)
+    ideal_replay: bool = False  # also replay cached batches through the same step: the ideal-loader bound
 
     def __post_init__(self) -> None:
+        check_choice(self._name("source"), self.source, self.SOURCES)
+        check_bool(self._name("ideal_replay"), self.ideal_replay)
         check_choice(self._name("loader"), self.loader, LOADERS.names())
         check_choice(self._name("storage"), self.storage, STORAGES.names())
         check_int(self._name("prefetch_depth"), self.prefetch_depth, lo=1, hi=1024)
@@ -179,6 +184,7 @@ class QuantConfig(_Family):
     family: ClassVar[str] = "quant"
     SWITCH: ClassVar[str] = "quant.method (--quant)"
     METHODS: ClassVar[tuple[str, ...]] = ("none", "dynamic", "static", "qat")
+    FLOWS: ClassVar[tuple[str, ...]] = ("pt2e", "legacy")
     OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
 
     method: str = "none"
@@ -188,9 +194,11 @@ class QuantConfig(_Family):
     per_channel: bool = True
     qat_epochs: int = 1
     qat_lr_factor: float = 0.1
+    flow: str = "pt2e"  # torchao PT2E + X86InductorQuantizer, compiled; "legacy": torch.ao eager / FX (issue 19)
 
     def __post_init__(self) -> None:
         check_choice(self._name("method"), self.method, self.METHODS)
+        check_choice(self._name("flow"), self.flow, self.FLOWS)
         check_int(self._name("calibration_batches"), self.calibration_batches, lo=1, hi=100_000)
         check_choice(self._name("backend"), self.backend, ("auto", "x86", "fbgemm", "qnnpack"))
         check_choice(self._name("observer"), self.observer, self.OBSERVERS)
