@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from lab.cli import build_parser, config_from_args, main
 from lab.config import (
     FAMILIES,
+    MODEL_SCALES,
     OPTIMIZERS,
     SIZES,
     ComputeConfig,
@@ -262,7 +263,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "precision.dtype": PrecisionConfig.DTYPES, "prune.method": PruneConfig.METHODS,
     "prune.schedule": PruneConfig.SCHEDULES, "quant.method": QuantConfig.METHODS,
     "quant.observer": QuantConfig.OBSERVERS, "quant.backend": ("auto", "x86", "fbgemm", "qnnpack"),
-    "ddp.backend": DDPConfig.BACKENDS,
+    "ddp.backend": DDPConfig.BACKENDS, "data.source": DataConfig.SOURCES, "quant.flow": QuantConfig.FLOWS,
+    "model_scale": MODEL_SCALES,
 }
 
 
@@ -293,6 +295,10 @@ def invalid_values(key: str, annotation: str) -> st.SearchStrategy:
         names = set(list_workloads())
         return st.one_of(st.text(max_size=8).filter(lambda s: ":" not in s and s not in names), st.integers(),
                          st.none(), junk)
+    if key == "resume":  # a run id or a path: any non-blank string is accepted
+        return st.one_of(st.just(""), st.just("  "), st.integers(), st.booleans(), junk)
+    if key == "model_scale":  # optional: None keeps the workload's own model
+        return st.one_of(st.text(max_size=8).filter(lambda s: s not in MODEL_SCALES), st.integers(), junk)
     if key == "device":
         return st.one_of(st.text(max_size=8).filter(lambda s: not _valid_device(s)), st.integers(), st.none(), junk)
     return st.one_of(st.text(max_size=8).filter(lambda s: s not in CHOICES[key]), st.integers(), st.none(), junk)
