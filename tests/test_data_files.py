@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import lab
 from lab.config import DataConfig, RunConfig
 from lab.context import prepare
+from lab.data import data_bound_why
 from lab.data.decode import Augment, decode_png, to_model_input
 from lab.data.fileloaders import FileBatchDataset, ReadStats, make_file_loader
 from lab.data.files import open_files, to_uint8, write_files
@@ -165,12 +166,23 @@ def test_files_source_needs_a_reading_loader():
 
 def test_a_run_from_files_records_reads_decode_and_the_ideal_bound():
     cfg = RunConfig(workload="vision", size="tiny", device="cpu", max_steps=6, warmup_steps=1, latency_repeats=0,
-                    threads=1, data=DataConfig(source="files", loader="naive", storage="local_ssd"))
+                    threads=1, data=DataConfig(source="files", loader="naive", storage="local_ssd", ideal_replay=True))
     result = lab.run(cfg)
     data = result.details["data"]
     assert result.status == "ok" and data["source"] == "files" and data["format"] == "tar"
     assert data["files_read"] >= 1 and data["bytes_read"] >= data["files_read"] * 1000
     assert data["decode_ms_per_batch"] > 0 and data["read_ms_per_batch"] > 0
     assert 0 < data["ideal_step_ms"] <= data["median_step_ms"]
-    assert data["data_bound_share"] == pytest.approx(1 - data["ideal_step_ms"] / data["median_step_ms"])
+    # with a replay, the share is measured: the run's step against the replayed one
+    assert data["data_bound_share"] == pytest.approx(max(0.0, 1 - data["replay_step_ms"] / data["median_step_ms"]))
     assert result.summary()["ideal_step_ms"] == data["ideal_step_ms"]
+    assert data["replay_step_ms"] > 0  # the replay ran the same step (same optimizer, precision, compile)
+    train, replay = result.details["steps"]["train"], result.details["steps"]["ideal_replay"]
+    assert {**train, "loader": None} == {**replay, "loader": None} and replay["loader"] == "CachedLoader"
+
+
+def test_data_bound_tag_above_the_threshold():
+    assert data_bound_why(0.05, 9.5, 10.0) is None
+    assert data_bound_why(0.4, 6.0, 10.0).startswith("data-bound: 40% of the step waits for data")
+    assert "replay of cached batches" in data_bound_why(0.02, 9.8, 10.0, replay_ms=7.0)
+    assert data_bound_why(None, None, None) is None

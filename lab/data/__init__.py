@@ -39,7 +39,7 @@ from lab.result import RunResult
 
 __all__ = ["DATA_BOUND_SHARE", "DevicePrefetcher", "InMemoryLoader", "LoaderSpec", "NaiveLoader",
            "ShuffledBatchSampler", "TensorBatchDataset", "ThreadPrefetcher", "after_training", "before_training",
-           "check", "files_for", "fit_options", "loader_factory", "make_loader", "report"]
+           "check", "data_bound_why", "files_for", "fit_options", "loader_factory", "make_loader", "report"]
 
 #: A run whose measured steps wait for data more than this share of the time is tagged "data-bound".
 DATA_BOUND_SHARE = 0.10
@@ -143,15 +143,26 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
         if replay and median_ms:
             data["data_bound_share"] = max(0.0, 1 - replay / median_ms)
     result.details["data"] = data
-    share = data["data_bound_share"]
-    if wait is not None and wait > DATA_BOUND_SHARE:
-        result.why.append(f"data-bound: {100 * wait:.0f}% of the step waits for data (ideal step "
-                          f"{ideal_ms:.3g} ms vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% "
-                          "threshold): a prefetching loader or more workers would help")
-    elif share is not None and share > DATA_BOUND_SHARE and data.get("replay_step_ms"):
-        result.why.append(f"data-bound: the replay of cached batches steps in {data['replay_step_ms']:.3g} ms "
-                          f"vs {median_ms:.3g} ms measured")
+    why = data_bound_why(wait, ideal_ms, median_ms, data.get("replay_step_ms"))
+    if why:
+        result.why.append(why)
     return model
+
+
+def data_bound_why(wait_fraction: float | None, ideal_ms: float | None, median_ms: float | None,
+                   replay_ms: float | None = None) -> str | None:
+    """The "data-bound" why tag when the loader costs more than :data:`DATA_BOUND_SHARE` of the step: by the
+    measured data wait, or (with a replay) by the gap between the run's step and the replayed one."""
+    if not median_ms:
+        return None
+    if wait_fraction is not None and wait_fraction > DATA_BOUND_SHARE:
+        return (f"data-bound: {100 * wait_fraction:.0f}% of the step waits for data (ideal step {ideal_ms:.3g} ms "
+                f"vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% threshold): a "
+                "prefetching loader or more workers would help")
+    if replay_ms and 1 - replay_ms / median_ms > DATA_BOUND_SHARE:
+        return (f"data-bound: the replay of cached batches steps in {replay_ms:.3g} ms vs {median_ms:.3g} ms "
+                f"measured (above the {100 * DATA_BOUND_SHARE:.0f}% threshold)")
+    return None
 
 
 def report(result: RunResult) -> dict[str, Any]:
