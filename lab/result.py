@@ -328,6 +328,8 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
             lines.append(f"  data from files: {data.get('files_read')} shard reads, "
                          f"{data.get('bytes_read', 0) / 1e6:.3g} MB, read {data.get('read_ms_per_batch', 0):.3g} ms + "
                          f"decode {data.get('decode_ms_per_batch', 0):.3g} ms per batch")
+            if data.get("recommendation"):
+                lines.append(f"  workers vs threads: {data['recommendation']}")
         if result.ideal_step_ms is not None and data:
             replay = data.get("replay_step_ms")
             lines.append(f"  ideal step (no data wait) {_fmt_value(result.ideal_step_ms, ' ms')}"

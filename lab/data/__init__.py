@@ -18,6 +18,7 @@ with ``data.ideal_replay`` also the replay of cached batches through the same st
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from lab.data.loaders import LoaderSpec, TensorBatchDataset, make_loader
 from lab.data.prefetch import DevicePrefetcher, NaiveLoader, ThreadPrefetcher
 from lab.data.sampler import InMemoryLoader, ShuffledBatchSampler
 from lab.data.studies.stalls import CachedLoader
+from lab.data.studies.threads import recommend
 from lab.loop import Loader, StepHook
 from lab.result import RunResult
 
@@ -135,6 +137,9 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
             data.update({"format": files.kind, "folder": str(files.root), "shards": len(files.shard_rows),
                          "bytes_on_disk": files.nbytes,
                          "augment": IMAGE_AUGMENT.__dict__ if files.kind == "tar" else None})
+        if ideal_ms:
+            loader_ms = data["read_ms_per_batch"] + data["decode_ms_per_batch"]
+            data["recommendation"] = recommend(os.cpu_count() or 1, loader_ms, ideal_ms)["text"]
     if "checkpoint" in ctx.state:
         result.details["checkpoint"] = ctx.state["checkpoint"].describe()
     if cfg.data.ideal_replay and ctx.is_main_rank:

@@ -170,6 +170,7 @@ class ReadStats:
     read_s: float = 0.0
     decode_s: float = 0.0
     cpu_s_by_worker: dict[int, float] = field(default_factory=dict)  # -1: the training process's threads
+    process_cpu_s: float = 0.0  # the training process's CPU seconds while its loaders iterated (all threads)
 
     def add(self, stats: torch.Tensor) -> None:
         b, f, r, d, cpu, w = stats.tolist()
@@ -184,7 +185,8 @@ class ReadStats:
         per = max(self.batches, 1)
         return {"batches": self.batches, "files_read": self.files_read, "bytes_read": self.bytes_read,
                 "read_ms_per_batch": 1e3 * self.read_s / per, "decode_ms_per_batch": 1e3 * self.decode_s / per,
-                "loader_cpu_s_by_worker": {str(k): v for k, v in sorted(self.cpu_s_by_worker.items())}}
+                "loader_cpu_s_by_worker": {str(k): v for k, v in sorted(self.cpu_s_by_worker.items())},
+                "process_cpu_s": self.process_cpu_s}
 
 
 class FileLoader:
@@ -203,10 +205,14 @@ class FileLoader:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[Batch]:
-        for item in self.sampler:
-            *batch, stats = self.dataset[item]
-            self.stats.add(stats)
-            yield tuple(batch)
+        cpu0 = time.process_time()
+        try:
+            for item in self.sampler:
+                *batch, stats = self.dataset[item]
+                self.stats.add(stats)
+                yield tuple(batch)
+        finally:
+            self.stats.process_cpu_s += time.process_time() - cpu0
 
 
 class FileDataLoader(DataLoader):
@@ -223,9 +229,13 @@ class FileDataLoader(DataLoader):
         self.sampler.skip(batches)  # type: ignore[union-attr]
 
     def __iter__(self) -> Iterator[Batch]:  # type: ignore[override]
-        for *batch, stats in super().__iter__():
-            self.stats.add(stats)
-            yield tuple(batch)
+        cpu0 = time.process_time()
+        try:
+            for *batch, stats in super().__iter__():
+                self.stats.add(stats)
+                yield tuple(batch)
+        finally:
+            self.stats.process_cpu_s += time.process_time() - cpu0
 
 
 def make_file_loader(files: FileSet, cfg: DataConfig, batch_size: int, *, seed: int = 0,
