@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lab.config import DataConfig, RunConfig
@@ -54,13 +54,12 @@ def default_pairs(cores: int | None = None) -> list[tuple[int, int]]:
     return [(t, w) for t in range(1, cores + 1) for w in range(0, cores + 1) if t + w <= cores + 1]
 
 
-def workers_vs_threads(base: RunConfig, pairs: Sequence[tuple[int, int]], *, storage: str = "network_fs",
-                       repeats: int = 3, run=None) -> dict[str, Any]:  # noqa: ANN001 - run: lab.run
-    """Each (threads, workers) pair trained ``repeats`` times, interleaved, through ``run`` (:func:`lab.run`):
+def workers_vs_threads(base: RunConfig, pairs: Sequence[tuple[int, int]], *, run: Callable[[RunConfig], Any],
+                       storage: str = "network_fs", repeats: int = 3) -> dict[str, Any]:
+    """Each (threads, workers) pair trained ``repeats`` times, interleaved, through ``run`` (:func:`lab.run`,
+    passed in because this study sits below it):
     throughput per pair with a bootstrap CI of its ratio to the best pair, the data wait, and the CPU seconds
     the loader workers and the training process spent. Returns rows, the best pair and the rule's pick."""
-    if run is None:
-        from lab import run  # the top of the lab: imported lazily, a study sits below it
     samples: dict[tuple[int, int], list[dict[str, float]]] = {p: [] for p in pairs}
     for _ in range(repeats):
         for p in pairs:
