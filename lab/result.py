@@ -335,6 +335,11 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
             lines.append(f"  ideal step (no data wait) {_fmt_value(result.ideal_step_ms, ' ms')}"
                          + (f", replayed {_fmt_value(replay, ' ms')}" if replay is not None else "")
                          + f"   data-bound share {100 * (data.get('data_bound_share') or 0):.1f}%")
+    ck = result.details.get("checkpoint") or {}
+    if ck.get("resumed_from"):
+        lines.append(f"  resumed from {ck['resumed_from']} at step {ck.get('start_step')}")
+    if ck.get("saved"):
+        lines.append(f"  {ck['saved']} checkpoint(s) in {ck['folder']}: continue with --resume {result.run_id[:8]}")
     int8 = f" ({result.int8_macs_per_sample:,} int8)" if result.int8_macs_per_sample else ""
     lines.append(f"  params {result.param_count:,} (non-zero {result.nonzero_params:,})   size "
                  f"{result.model_bytes / 1e6:.3f} MB   MACs/sample {result.macs_per_sample:,}{int8}   peak memory "

@@ -76,7 +76,7 @@ def test_sigkill_mid_epoch_then_resume_sees_each_sample_once_and_matches(tmp_pat
     state = load_checkpoint(folder / LATEST)
     assert (state["step"], state["epoch"], state["batches_done"]) == (40, 1, 8)
 
-    resumed = _child(_cfg(resume=folder.name), tmp_path / "resumed.jsonl", kill_at=-1)  # by run id
+    resumed = _child(_cfg(resume=folder.name[:8]), tmp_path / "resumed.jsonl", kill_at=-1)  # by run id prefix
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     out = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert out["checkpoint"]["start_step"] == 40

@@ -43,12 +43,19 @@ def checkpoints_root() -> Path:
 
 
 def resolve_checkpoint(ref: str) -> Path:
-    """A checkpoint file from ``--resume``: a ``.pt`` file, a folder holding ``latest.pt``, or a run id
-    under :func:`checkpoints_root`. A missing one is a one-line ``ValueError``."""
+    """A checkpoint file from ``--resume``: a ``.pt`` file, a folder holding ``latest.pt``, or a run id (or a
+    unique prefix of one) under :func:`checkpoints_root`. A missing one is a one-line ``ValueError``."""
     path = Path(ref).expanduser()
     for candidate in (path, path / LATEST, checkpoints_root() / ref / LATEST):
         if candidate.is_file():
             return candidate
+    root = checkpoints_root()
+    matches = sorted(p for p in root.glob(f"{ref}*/{LATEST}")) if root.is_dir() and Path(ref).name == ref else []
+    if len(matches) == 1:  # a unique prefix of a run id, as the run's summary prints it
+        return matches[0]
+    if len(matches) > 1:
+        raise ValueError(f"resume={ref!r} is invalid: it is the prefix of {len(matches)} run ids under {root}; "
+                         "give more of the id")
     raise ValueError(f"resume={ref!r} is invalid: no checkpoint file, folder with {LATEST}, or run id under "
                      f"{checkpoints_root()} (write one with --checkpoint-every N)")
 
