@@ -186,3 +186,39 @@ def test_data_bound_tag_above_the_threshold():
     assert data_bound_why(0.4, 6.0, 10.0).startswith("data-bound: 40% of the step waits for data")
     assert "replay of cached batches" in data_bound_why(0.02, 9.8, 10.0, replay_ms=7.0)
     assert data_bound_why(None, None, None) is None
+
+
+class _MapStyle(torch.utils.data.Dataset):
+    """A user's map-style dataset: items are (features, label)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x, self.y = torch.randn(n, 6, generator=g), torch.randint(0, 2, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+def test_a_user_map_style_dataset_trains_from_files():
+    from lab.workloads import Datasets, SizeSpec, Workload, register_workload
+    from lab.workloads.base import _REGISTRY
+
+    spec = SizeSpec(n_train=256, n_test=64, batch_size=32, epochs=1, lr=0.01)
+    register_workload(Workload(
+        name="mapstyle", description="map-style Dataset for tests", sizes=spec,
+        make_data=lambda s, seed: Datasets(train=_MapStyle(256, seed), test=_MapStyle(64, seed + 1)),
+        make_model=lambda s: torch.nn.Linear(6, 2), loss=torch.nn.functional.cross_entropy,
+        evaluate=lambda out, y: {"accuracy": (out.argmax(1) == y).float().mean().item()}, metric_name="accuracy"),
+        overwrite=True)
+    cfg = RunConfig(workload="mapstyle", size="tiny", device="cpu", latency_repeats=0, warmup_steps=1,
+                    data=DataConfig(source="files", loader="dataloader", num_workers=1))
+    try:
+        result = lab.run(cfg)
+    finally:
+        _REGISTRY.pop("mapstyle", None)  # other tests list the registered workloads
+    data = result.details["data"]
+    assert result.status == "ok" and data["format"] == "parquet" and data["files_read"] >= 1
+    assert data["batches"] == result.steps == 8 and "0" in data["loader_cpu_s_by_worker"]
