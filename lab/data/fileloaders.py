@@ -8,8 +8,8 @@ augmentation to apply without being told.
 
 :class:`FileBatchDataset` is map-style and batch-indexed: ``dataset[(epoch, idx)]`` reads the shards that
 hold ``idx`` through the emulated store (real bytes, plus the preset's latency and bandwidth), decodes and
-augments each sample, and appends a small stats tensor (bytes and files read, read / decode seconds, the
-reading thread's CPU seconds, the worker id). The loader wrappers strip that tensor in the training process
+augments each sample, and appends a small stats tuple (bytes and files read, read / decode seconds, the
+reading thread's CPU seconds, the worker id). The loader wrappers strip that tuple in the training process
 and add it to :class:`ReadStats`, which works the same for worker processes and threads. Built by
 :func:`make_file_loader` for ``naive`` / ``thread`` / ``device_prefetch`` / ``dataloader``.
 """
@@ -76,7 +76,7 @@ class ShardedBatchSampler:
 
 
 class FileBatchDataset(Dataset):
-    """``dataset[(epoch, idx)]`` -> ``(*tensors, stats)`` read and decoded from ``files`` (see the module)."""
+    """``dataset[(epoch, idx)]`` -> ``(*tensors, stats tuple)`` read and decoded from ``files`` (see the module)."""
 
     def __init__(self, files: FileSet, storage: str = "none", *, seed: int = 0,
                  augment: Augment | None = None) -> None:
@@ -120,8 +120,8 @@ class FileBatchDataset(Dataset):
         else:
             out = self._columns(idx, shard_of, counts)
         worker = get_worker_info()
-        stats = torch.tensor([*counts, time.thread_time() - cpu0, -1 if worker is None else worker.id],
-                             dtype=torch.float64)
+        # plain floats, not a tensor: pickled inline with the batch, no extra shared-memory segment per batch
+        stats = (*counts, time.thread_time() - cpu0, float(-1 if worker is None else worker.id))
         return (*out, stats)
 
     def _columns(self, idx: np.ndarray, shard_of: np.ndarray, counts: list[float]) -> Batch:
@@ -172,8 +172,8 @@ class ReadStats:
     cpu_s_by_worker: dict[int, float] = field(default_factory=dict)  # -1: the training process's threads
     process_cpu_s: float = 0.0  # the training process's CPU seconds while its loaders iterated (all threads)
 
-    def add(self, stats: torch.Tensor) -> None:
-        b, f, r, d, cpu, w = stats.tolist()
+    def add(self, stats: tuple[float, ...]) -> None:
+        b, f, r, d, cpu, w = (float(x) for x in stats)
         self.batches += 1
         self.bytes_read += int(b)
         self.files_read += int(f)
