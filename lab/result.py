@@ -314,7 +314,7 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
         reference = result.details.get("data_info", {})
         if "bayes_auc" in reference:
             lines.append(f"  best reachable auc (planted model): {_fmt_value(reference['bayes_auc'])}")
-    if result.steps > result.warmup_steps:
+    if result.measured_ms() and result.data_wait_fraction is not None:  # (a resume may add no step)
         phases = result.phase_medians_ms()
         total = phases.get("total") or 0.0
         breakdown = "  ".join(f"{k} {v:.3g}" + (f" ({100 * v / total:.0f}%)" if total else "")

@@ -135,3 +135,11 @@ def test_cli_resume_of_a_missing_checkpoint_exits_2():
                            "--resume", "no-such-run"], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert proc.returncode == 2 and "no checkpoint file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_resume_that_adds_no_step_still_prints():
+    from lab.result import RunResult, format_result
+
+    r = RunResult(run_id="r" * 32, config=_cfg().to_dict(), env={}, steps=64, warmup_steps=3,
+                  details={"checkpoint": {"resumed_from": "x.pt", "start_step": 64, "saved": 0}})
+    assert "resumed from x.pt at step 64" in format_result(r)
