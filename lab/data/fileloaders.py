@@ -31,6 +31,16 @@ from lab.data.prefetch import DevicePrefetcher, ThreadPrefetcher
 
 Batch = tuple[torch.Tensor, ...]
 N_STATS = 6  # bytes, files, read_s, decode_s, cpu_s, worker
+#: A worker sends its batch as numpy arrays, pickled by value through the pipe, instead of tensors in shared
+#: memory. Why: each shared-memory tensor is a file descriptor the training process must fetch from the
+#: worker (a round trip that waits until the worker is scheduled), which on a loaded 2-core box costs
+#: milliseconds per tensor; copying a batch of a few hundred kB costs tens of microseconds.
+COPY_FROM_WORKERS = True
+
+
+def _as_is(batch: tuple) -> tuple:
+    """The DataLoader's collate for file batches: keep what the dataset returned (numpy from a worker)."""
+    return batch
 
 
 class ShardedBatchSampler:
@@ -120,6 +130,8 @@ class FileBatchDataset(Dataset):
         else:
             out = self._columns(idx, shard_of, counts)
         worker = get_worker_info()
+        if worker is not None and COPY_FROM_WORKERS:
+            out = tuple(t.numpy() for t in out)  # pickled by value: see COPY_FROM_WORKERS
         # plain floats, not a tensor: pickled inline with the batch, no extra shared-memory segment per batch
         stats = (*counts, time.thread_time() - cpu0, float(-1 if worker is None else worker.id))
         return (*out, stats)
@@ -218,9 +230,9 @@ class FileLoader:
 class FileDataLoader(DataLoader):
     """``torch.utils.data.DataLoader`` over :class:`FileBatchDataset`: workers read and decode."""
 
-    def __init__(self, *args, stats: ReadStats, **kwargs) -> None:  # noqa: ANN002, ANN003 - DataLoader's
+    def __init__(self, *args, stats: ReadStats, pin: bool = False, **kwargs) -> None:  # noqa: ANN002, ANN003
         super().__init__(*args, **kwargs)
-        self.stats = stats
+        self.stats, self.pin = stats, pin
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)  # type: ignore[union-attr]
@@ -233,7 +245,8 @@ class FileDataLoader(DataLoader):
         try:
             for *batch, stats in super().__iter__():
                 self.stats.add(stats)
-                yield tuple(batch)
+                out = tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in batch)
+                yield tuple(t.pin_memory() for t in out) if self.pin else out
         finally:
             self.stats.process_cpu_s += time.process_time() - cpu0
 
@@ -247,9 +260,11 @@ def make_file_loader(files: FileSet, cfg: DataConfig, batch_size: int, *, seed: 
                                   seed=seed)
     dataset = FileBatchDataset(files, cfg.storage, seed=seed, augment=augment)
     if cfg.loader == "dataloader":
+        # pinned here, after the numpy arrays from the workers are tensors again
         return FileDataLoader(dataset, sampler=sampler, batch_size=None, num_workers=cfg.num_workers,
-                              pin_memory=cfg.pin_memory, prefetch_factor=cfg.prefetch_factor,
-                              persistent_workers=cfg.persistent_workers, stats=stats)
+                              collate_fn=_as_is, prefetch_factor=cfg.prefetch_factor,
+                              persistent_workers=cfg.persistent_workers, stats=stats,
+                              pin=cfg.pin_memory and torch.cuda.is_available())
     naive = FileLoader(dataset, sampler, stats)
     if cfg.loader == "naive":
         return naive
