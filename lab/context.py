@@ -162,6 +162,7 @@ class FitPlan:
     forward: Callable[..., torch.Tensor] | None = None
     ddp: DDPStep | None = None
     finished: list[Callable[[FitStats], None]] = field(default_factory=list)  # called with the stats
+    checkpoint: Any = None  # lab.loop.Checkpointer: the data door's checkpoint / resume of the main fit
 
 
 # -------------------------------------------------------------------------------------------- context
@@ -233,7 +234,7 @@ class TrainContext:
                                    fused=plan.fused_optimizer)
         stats = fit(model, optimizer, plan.loader, self.workload, self.device, epochs=epochs, max_steps=max_steps,
                     step_hooks=step_hooks, progress=None if probe else self.progress, phase=phase,
-                    policy=plan.policy, ddp=plan.ddp, forward=plan.forward)
+                    policy=plan.policy, ddp=plan.ddp, forward=plan.forward, checkpoint=plan.checkpoint)
         for done in plan.finished:
             done(stats)
         if not probe:

@@ -81,6 +81,30 @@ class DDPStep(Protocol):
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager: ...
 
 
+class Checkpointer(Protocol):
+    """Checkpoint and resume (:class:`lab.data.checkpoint.Checkpointer` is one): ``restore`` once before the
+    first step returns (steps already done, their losses); ``save`` after every step decides itself whether
+    to write. The loop turns the step into (epoch, batches done in it) and skips those on resume."""
+
+    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                policy: StepPolicy) -> tuple[int, list[float]]: ...
+    def save(self, *, step: int, epoch: int, batches_done: int, model: nn.Module,
+             optimizer: torch.optim.Optimizer, policy: StepPolicy, losses: list[float]) -> object: ...
+
+
+def skip_batches(loader: Loader, batches: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    """The epoch's batches from ``batches`` on: ``loader.skip`` when the loader can start mid-epoch without
+    reading (every lab loader), else the first ``batches`` are read and dropped."""
+    skip = getattr(loader, "skip", None)
+    if skip is not None:
+        skip(batches)
+        return iter(loader)
+    it = iter(loader)
+    for _ in range(batches):
+        next(it, None)
+    return it
+
+
 @dataclass
 class FitStats:
     """Raw samples from one :func:`fit` call."""
@@ -114,7 +138,8 @@ def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, *,
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: Workload, device: torch.device, *,
         epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
         progress: ProgressFn | None = None, phase: str = "train", policy: StepPolicy | None = None,
-        ddp: DDPStep | None = None, forward: Callable[..., torch.Tensor] | None = None) -> FitStats:
+        ddp: DDPStep | None = None, forward: Callable[..., torch.Tensor] | None = None,
+        checkpoint: Checkpointer | None = None) -> FitStats:
     """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
     backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
     the timed phases. A non-finite loss stops training with an error naming the step: a diverged run must
@@ -123,7 +148,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
     the last under ``no_sync``; the "comm" phase is the time DDP's all-reduces were in flight (it overlaps
     backward, so it is moved out of the backward figure: backward = backward wall time - comm, clipped at
     0). ``forward`` (e.g. ``torch.compile(model)``) replaces ``model(...)`` in the step; hooks, the policy
-    and DDP still see ``model``."""
+    and DDP still see ``model``. ``checkpoint`` restores a resumed run's state and position before the first
+    step and is offered every step to save one."""
     policy = PLAIN if policy is None else policy
     forward = model if forward is None else forward
     accum = ddp.grad_accum_steps if ddp is not None else 1
@@ -136,14 +162,18 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
     losses: list[float] = []
     comm_ms: list[float] = []
     step = 0
+    if checkpoint is not None:  # a resumed run starts at its saved step, mid-epoch
+        step, losses = checkpoint.restore(model, optimizer, policy)
+    first_epoch = step // max(steps_per_epoch, 1)
     model.train()
     t_start = time.perf_counter()
     with policy.applied(model):
-        for epoch in range(epochs):
+        for epoch in range(first_epoch, epochs):
             if step >= total_steps:
                 break
             loader.set_epoch(epoch)
-            batches = iter(loader)
+            done_in_epoch = (step - epoch * steps_per_epoch) * accum
+            batches = skip_batches(loader, done_in_epoch) if done_in_epoch else iter(loader)
             while step < total_steps:
                 timer.start_step()
                 micro_losses = []
@@ -183,6 +213,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
                 if step % MEMORY_SAMPLE_EVERY == 0:
                     memory.sample()
                 step += 1
+                if checkpoint is not None:
+                    checkpoint.save(step=step, epoch=epoch, batches_done=(step - epoch * steps_per_epoch) * accum,
+                                    model=model, optimizer=optimizer, policy=policy, losses=losses)
                 if progress:
                     progress({"phase": phase, "step": step, "total_steps": total_steps, "epoch": epoch,
                               "epochs": epochs, "loss": value})

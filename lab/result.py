@@ -213,6 +213,16 @@ class RunResult:
             return None
         return sum(wait) / total_ms
 
+    @property
+    def ideal_step_ms(self) -> float | None:
+        """Median step time with its data wait removed: the step a loader that costs nothing would give
+        (the cheap ideal bound every run carries; ``--data-ideal-replay`` also measures it by replay)."""
+        total, wait = self.measured_ms(), self.measured_ms("data_wait")
+        if not total:
+            return None
+        wait = wait if len(wait) == len(total) else [0.0] * len(total)
+        return median([t - w for t, w in zip(total, wait, strict=True)])
+
     def latency_median_ms(self, key: str) -> float | None:
         xs = self.latency_ms.get(key) or []
         return median(xs) if xs else None
@@ -255,6 +265,7 @@ class RunResult:
             "step_spread_ms": self.step_spread_ms,
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "data_wait_fraction": self.data_wait_fraction,
+            "ideal_step_ms": self.ideal_step_ms,
             "peak_memory_mb": self.peak_memory_mb,
             "memory_kind": self.memory_kind,
             "param_count": self.param_count,
@@ -303,7 +314,7 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
         reference = result.details.get("data_info", {})
         if "bayes_auc" in reference:
             lines.append(f"  best reachable auc (planted model): {_fmt_value(reference['bayes_auc'])}")
-    if result.steps > result.warmup_steps:
+    if result.measured_ms() and result.data_wait_fraction is not None:  # (a resume may add no step)
         phases = result.phase_medians_ms()
         total = phases.get("total") or 0.0
         breakdown = "  ".join(f"{k} {v:.3g}" + (f" ({100 * v / total:.0f}%)" if total else "")
@@ -312,6 +323,23 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
                      f"{_fmt_value(result.throughput_samples_per_s, ' samples/s', 5)}   data-wait "
                      f"{100 * result.data_wait_fraction:.1f}%")
         lines.append(f"  step phases (median ms): {breakdown}")
+        data = result.details.get("data") or {}
+        if data.get("source") == "files":
+            lines.append(f"  data from files: {data.get('files_read')} shard reads, "
+                         f"{data.get('bytes_read', 0) / 1e6:.3g} MB, read {data.get('read_ms_per_batch', 0):.3g} ms + "
+                         f"decode {data.get('decode_ms_per_batch', 0):.3g} ms per batch")
+            if data.get("recommendation"):
+                lines.append(f"  workers vs threads: {data['recommendation']}")
+        if result.ideal_step_ms is not None and data:
+            replay = data.get("replay_step_ms")
+            lines.append(f"  ideal step (no data wait) {_fmt_value(result.ideal_step_ms, ' ms')}"
+                         + (f", replayed {_fmt_value(replay, ' ms')}" if replay is not None else "")
+                         + f"   data-bound share {100 * (data.get('data_bound_share') or 0):.1f}%")
+    ck = result.details.get("checkpoint") or {}
+    if ck.get("resumed_from"):
+        lines.append(f"  resumed from {ck['resumed_from']} at step {ck.get('start_step')}")
+    if ck.get("saved"):
+        lines.append(f"  {ck['saved']} checkpoint(s) in {ck['folder']}: continue with --resume {result.run_id[:8]}")
     int8 = f" ({result.int8_macs_per_sample:,} int8)" if result.int8_macs_per_sample else ""
     lines.append(f"  params {result.param_count:,} (non-zero {result.nonzero_params:,})   size "
                  f"{result.model_bytes / 1e6:.3f} MB   MACs/sample {result.macs_per_sample:,}{int8}   peak memory "

@@ -58,3 +58,17 @@ def test_data_lab_loaders_deliver_the_in_memory_batches(loader):
     got = _epoch(make_loader(_tensors(), DataConfig(loader=loader), 10, seed=3), 1)
     assert len(got) == len(ref)
     assert all(torch.equal(a, b) for x, y in zip(got, ref, strict=True) for a, b in zip(x, y, strict=True))
+
+
+@pytest.mark.parametrize("cfg", [DataConfig(), DataConfig(loader="naive"), DataConfig(loader="thread"),
+                                 DataConfig(loader="device_prefetch"), DataConfig(loader="dataloader", num_workers=1)],
+                         ids=["memory", "naive", "thread", "device_prefetch", "dataloader1"])
+def test_skip_starts_the_epoch_mid_way_once(cfg):
+    """What a resume relies on: ``skip(k)`` then a pass yields the epoch's batches from k on, then no more skip."""
+    loader = make_loader(_tensors(), cfg, 10, seed=3)
+    full = _epoch(loader, 2)
+    loader.set_epoch(2)
+    loader.skip(7)
+    rest = [tuple(t.clone() for t in b) for b in loader]
+    assert len(rest) == 3 and all(torch.equal(a[1], b[1]) for a, b in zip(rest, full[7:], strict=True))
+    assert len(_epoch(loader, 2)) == len(full)

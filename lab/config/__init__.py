@@ -115,6 +115,13 @@ class RunConfig:
         for name, cls in FAMILIES.items():
             if not isinstance(getattr(self, name), cls):
                 fail(name, getattr(self, name), f"must be a {cls.__name__}")
+        if self.checkpoint_every is not None or self.resume is not None:
+            what = "checkpoint_every" if self.checkpoint_every is not None else "resume"
+            for on, why in ((self.ddp.world_size > 1, "data-parallel ranks"), (self.prune.enabled, "pruning"),
+                            (self.quant.enabled, "quantization")):
+                if on:
+                    fail(what, getattr(self, what), f"is not supported with {why} yet (it checkpoints one "
+                         "process's plain training phase)")
 
     def _resolve_workload(self) -> None:
         """A spec in ``workload`` is loaded and replaced by the name it registers; a stored ``workload_spec``

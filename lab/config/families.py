@@ -82,6 +82,9 @@ class DataConfig(_Family):
         if self.loader == "memory" and (self.num_workers or self.pin_memory):
             fail(self._name("loader"), self.loader,
                   "the in-memory loader has no workers or pinned memory; use loader='dataloader'")
+        if self.source == "files" and self.loader == "memory":
+            fail(self._name("source"), self.source, "needs a loader that reads files: --loader naive, thread, "
+                 "device_prefetch or dataloader (the in-memory loader reads none)")
         spec = LOADERS.get(self.loader)
         if self.prefetch_depth != 2 and not spec.prefetch_depth:
             fail(self._name("prefetch_depth"), self.prefetch_depth,

@@ -6,50 +6,175 @@ the bounded thread prefetcher and the CUDA-stream prefetcher (:mod:`.prefetch`),
 assignment and its skew (:mod:`.sharding`), and the studies that train through :func:`lab.context.prepare`
 (:mod:`.studies`: stall analysis and the ideal-loader bound, skew cost, the auto-tuner).
 
-The family's door (see :mod:`lab.context`): ``loader_factory`` builds every fit's loader from
-``cfg.data``. Taught in ``notebooks/01_data_loading.ipynb``.
+The file-backed source (``data.source="files"``: :mod:`.files` writes, :mod:`.decode` decodes and augments,
+:mod:`.fileloaders` reads through every loader) and checkpoint / mid-epoch resume (:mod:`.checkpoint`).
+
+The family's door (see :mod:`lab.context`): ``loader_factory`` builds every fit's loader from ``cfg.data``
+(files written once per run context, then read by every loader); ``fit_options`` hands the main fit its
+checkpoint hook; ``after_training`` records the ideal bound of every run (the step without its data wait;
+with ``data.ideal_replay`` also the replay of cached batches through the same step), the file reads, and the
+"data-bound" why tag. Taught in ``notebooks/01_data_loading.ipynb``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
 from lab.config import RunConfig
-from lab.context import TrainContext
+from lab.context import FitPlan, TrainContext
+from lab.context import before_training as _doors_before_training
+from lab.data.checkpoint import Checkpointer, checkpoints_root, load_checkpoint, resolve_checkpoint
+from lab.data.decode import Augment
+from lab.data.fileloaders import ReadStats, make_file_loader
+from lab.data.files import FileSet, write_files
 from lab.data.loaders import LoaderSpec, TensorBatchDataset, make_loader
 from lab.data.prefetch import DevicePrefetcher, NaiveLoader, ThreadPrefetcher
 from lab.data.sampler import InMemoryLoader, ShuffledBatchSampler
+from lab.data.studies.stalls import CachedLoader
+from lab.data.studies.threads import recommend
 from lab.loop import Loader, StepHook
 from lab.result import RunResult
 
-__all__ = ["DevicePrefetcher", "InMemoryLoader", "LoaderSpec", "NaiveLoader", "ShuffledBatchSampler",
-           "TensorBatchDataset", "ThreadPrefetcher", "after_training", "before_training", "check", "loader_factory",
-           "make_loader", "report"]
+__all__ = ["DATA_BOUND_SHARE", "DevicePrefetcher", "InMemoryLoader", "LoaderSpec", "NaiveLoader",
+           "ShuffledBatchSampler", "TensorBatchDataset", "ThreadPrefetcher", "after_training", "before_training",
+           "check", "data_bound_why", "files_for", "fit_options", "loader_factory", "make_loader", "report"]
+
+#: A run whose measured steps wait for data more than this share of the time is tagged "data-bound".
+DATA_BOUND_SHARE = 0.10
+#: Steps the ideal-loader replay (``data.ideal_replay``) runs: enough for a median after the warm-up.
+REPLAY_STEPS = 20
+#: The augmentation the file-backed image source applies (flip off: a mirrored digit is another glyph).
+IMAGE_AUGMENT = Augment(pad=2, flip_p=0.0)
 
 
 def check(cfg: RunConfig) -> None:
-    """Nothing beyond the config's own validation: every registered loader runs on every device."""
+    """A ``--resume`` checkpoint must exist and have been written by this config, before any work."""
+    if cfg.resume is not None:
+        load_checkpoint(resolve_checkpoint(cfg.resume), cfg.to_dict())
+
+
+def files_for(ctx: TrainContext) -> FileSet:
+    """The run's training split as shard files under ``$LAB_CACHE_DIR`` (written once, then reused)."""
+    files = ctx.state.get("data_files")
+    if files is None:
+        files = write_files(ctx.data.train, ctx.data.info, workload=ctx.workload.name)
+        ctx.state["data_files"] = files
+    return files
+
+
+def _read_stats(ctx: TrainContext) -> ReadStats:
+    return ctx.state.setdefault("data_read_stats", ReadStats())
 
 
 def loader_factory(ctx: TrainContext, make: Callable[[int], Loader] | None) -> Callable[[int], Loader]:
-    """``batch size -> loader`` over the training split as ``cfg.data`` asks (the base every fit uses)."""
+    """``batch size -> loader`` over the training split as ``cfg.data`` asks (the base every fit uses): over
+    in-memory tensors, or over the shard files of ``data.source="files"``."""
     cfg = ctx.cfg
+    if cfg.data.source == "files":
+        def make_files(batch_size: int) -> Loader:
+            files = files_for(ctx)
+            augment = IMAGE_AUGMENT if files.kind == "tar" else None
+            return make_file_loader(files, cfg.data, batch_size, seed=cfg.seed, device=ctx.device,
+                                    stats=_read_stats(ctx), augment=augment)
+        return make_files
     return lambda batch_size: make_loader(ctx.data.train, cfg.data, batch_size, seed=cfg.seed, device=ctx.device)
+
+
+def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+    """The main training fit (the first ``train`` phase over the run's own loader) gets the checkpoint hook."""
+    cfg = ctx.cfg
+    if (cfg.checkpoint_every is None and cfg.resume is None) or plan.phase != "train" or plan.probe \
+            or isinstance(plan.loader, CachedLoader) or "checkpoint" in ctx.state:
+        return
+    folder = checkpoints_root() / ctx.result.run_id if cfg.checkpoint_every else None
+    resume_from = resolve_checkpoint(cfg.resume) if cfg.resume is not None else None
+    plan.checkpoint = ctx.state["checkpoint"] = Checkpointer(config=cfg.to_dict(), folder=folder,
+                                                             every=cfg.checkpoint_every, resume_from=resume_from)
 
 
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
     return model, []
 
 
+def _replay_step_ms(ctx: TrainContext) -> float | None:
+    """The ideal bound measured: ``REPLAY_STEPS`` batches read first (untimed), then trained from memory on a
+    fresh copy of the run's model through ``ctx.fit`` (same optimizer, precision, compile and doors)."""
+    from lab.data.studies.stalls import stall_summary
+
+    loader = ctx.make_loader()
+    loader.set_epoch(0)
+    batches = []
+    for batch in loader:
+        batches.append(batch)
+        if len(batches) == REPLAY_STEPS:
+            break
+    if len(batches) <= ctx.cfg.warmup_steps + 1:
+        return None
+    model, hooks = _doors_before_training(ctx, ctx.new_model())
+    stats = ctx.fit(model, epochs=1, lr=ctx.resolved.lr, max_steps=len(batches), step_hooks=hooks,
+                    loader=CachedLoader(batches), phase="ideal_replay")
+    times = {k: v[ctx.cfg.warmup_steps:] for k, v in stats.step_times_ms.items()}
+    summary = stall_summary(times, skip=0)
+    return summary["compute_ms"] + summary["data_wait_ms"]
+
+
 def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
+    """Record the ideal bound and the data path's work in ``result.details["data"]``; tag a data-bound run."""
+    cfg, result = ctx.cfg, ctx.result
+    median_ms, ideal_ms, wait = result.median_step_ms, result.ideal_step_ms, result.data_wait_fraction
+    data: dict[str, Any] = {"source": cfg.data.source, "median_step_ms": median_ms, "ideal_step_ms": ideal_ms,
+                            "data_wait_fraction": wait,
+                            "data_bound_share": (1 - ideal_ms / median_ms) if median_ms and ideal_ms else None,
+                            "data_bound_threshold": DATA_BOUND_SHARE}
+    if cfg.data.source == "files":
+        files = ctx.state.get("data_files")
+        data.update(_read_stats(ctx).to_dict())
+        if files is not None:
+            data.update({"format": files.kind, "folder": str(files.root), "shards": len(files.shard_rows),
+                         "bytes_on_disk": files.nbytes,
+                         "augment": IMAGE_AUGMENT.__dict__ if files.kind == "tar" else None})
+        if ideal_ms:
+            loader_ms = data["read_ms_per_batch"] + data["decode_ms_per_batch"]
+            data["recommendation"] = recommend(os.cpu_count() or 1, loader_ms, ideal_ms)["text"]
+    if "checkpoint" in ctx.state:
+        result.details["checkpoint"] = ctx.state["checkpoint"].describe()
+    if cfg.data.ideal_replay and ctx.is_main_rank:
+        replay = _replay_step_ms(ctx)
+        data["replay_step_ms"] = replay
+        if replay and median_ms:
+            data["data_bound_share"] = max(0.0, 1 - replay / median_ms)
+    result.details["data"] = data
+    why = data_bound_why(wait, ideal_ms, median_ms, data.get("replay_step_ms"))
+    if why:
+        result.why.append(why)
     return model
 
 
+def data_bound_why(wait_fraction: float | None, ideal_ms: float | None, median_ms: float | None,
+                   replay_ms: float | None = None) -> str | None:
+    """The "data-bound" why tag when the loader costs more than :data:`DATA_BOUND_SHARE` of the step: by the
+    measured data wait, or (with a replay) by the gap between the run's step and the replayed one."""
+    if not median_ms:
+        return None
+    if wait_fraction is not None and wait_fraction > DATA_BOUND_SHARE:
+        return (f"data-bound: {100 * wait_fraction:.0f}% of the step waits for data (ideal step {ideal_ms:.3g} ms "
+                f"vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% threshold): a "
+                "prefetching loader or more workers would help")
+    if replay_ms and 1 - replay_ms / median_ms > DATA_BOUND_SHARE:
+        return (f"data-bound: the replay of cached batches steps in {replay_ms:.3g} ms vs {median_ms:.3g} ms "
+                f"measured (above the {100 * DATA_BOUND_SHARE:.0f}% threshold)")
+    return None
+
+
 def report(result: RunResult) -> dict[str, Any]:
-    """Loader, storage, workers and the share of the step spent waiting for data."""
+    """Loader, storage, workers, source, and the share of the step spent waiting for data."""
     cfg = (result.config or {}).get("data", {})
+    data = result.details.get("data") or {}
     return {"loader": cfg.get("loader"), "storage": cfg.get("storage"), "num_workers": cfg.get("num_workers"),
-            "data_wait_fraction": result.data_wait_fraction}
+            "source": cfg.get("source", "memory"), "data_wait_fraction": result.data_wait_fraction,
+            "ideal_step_ms": result.ideal_step_ms, "data_bound_share": data.get("data_bound_share"),
+            "files_read": data.get("files_read"), "bytes_read": data.get("bytes_read")}

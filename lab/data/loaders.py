@@ -42,6 +42,9 @@ class _EpochDataLoader(DataLoader):
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)  # type: ignore[union-attr]
 
+    def skip(self, batches: int) -> None:
+        self.sampler.skip(batches)  # type: ignore[union-attr]
+
 
 def make_loader(tensors: Sequence[torch.Tensor], cfg: DataConfig, batch_size: int, *, seed: int = 0,
                 device: torch.device | str | None = None):

@@ -89,6 +89,9 @@ class ThreadPrefetcher:
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
 
+    def skip(self, batches: int) -> None:
+        self.loader.skip(batches)
+
     def __len__(self) -> int:
         return len(self.loader)
 
@@ -143,6 +146,9 @@ class DevicePrefetcher:
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
+
+    def skip(self, batches: int) -> None:
+        self.loader.skip(batches)
 
     def __len__(self) -> int:
         return len(self.loader)

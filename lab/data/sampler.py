@@ -24,10 +24,14 @@ class ShuffledBatchSampler(Sampler[torch.Tensor]):
         if batch_size > n and drop_last:
             raise ValueError(f"batch_size={batch_size} is larger than the dataset ({n} rows) with drop_last")
         self.n, self.batch_size, self.shuffle, self.drop_last, self.seed = n, batch_size, shuffle, drop_last, seed
-        self.epoch = 0
+        self.epoch, self._skip = 0, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def skip(self, batches: int) -> None:
+        """Start the next pass at batch ``batches`` of the epoch's order (a resumed epoch), once."""
+        self._skip = batches
 
     def __len__(self) -> int:
         return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
@@ -38,7 +42,8 @@ class ShuffledBatchSampler(Sampler[torch.Tensor]):
             order = torch.randperm(self.n, generator=g)
         else:
             order = torch.arange(self.n)
-        for i in range(len(self)):
+        skip, self._skip = self._skip, 0
+        for i in range(skip, len(self)):
             yield order[i * self.batch_size:(i + 1) * self.batch_size]
 
 
@@ -50,6 +55,9 @@ class InMemoryLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
+
+    def skip(self, batches: int) -> None:
+        self.sampler.skip(batches)
 
     def __len__(self) -> int:
         return len(self.sampler)
