@@ -70,17 +70,21 @@ _TORCHAO_MODULES = ("torchao.quantization.pt2e.quantize_pt2e",
 def _torchao_noise_filtered() -> Iterator[None]:
     """torchao logs "Failed to load ..._C_cutlass_90a / _C_mxfp8" at import on a CPU box (its CUDA extensions)
     and torch warns about an Enum it registers: harmless, silenced here and only here."""
-    log = logging.getLogger("torchao")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*is an Enum subclass.*")
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated",
+                                    category=DeprecationWarning)
             # torch.export of nn.LSTM: its cached _flat_weights list is reassigned while tracing (harmless)
             warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
             yield
     finally:
-        log.setLevel(level)
+        for log, level in zip(logs, levels, strict=True):
+            log.setLevel(level)
 
 
 def torchao_pt2e() -> SimpleNamespace:
