@@ -234,7 +234,7 @@ def quantize_with_report(model: nn.Module, cfg: QuantConfig | RunConfig, calibra
         from lab.quant import pt2e
 
         if not (qc.method == "dynamic" and pt2e.has_rnn(model)):
-            return pt2e.quantize_pt2e_with_report(model, qc, pt2e.calibration_inputs(calibration_loader),
+            return pt2e.quantize_pt2e_with_report(model, qc, lambda n: calibration_batches(calibration_loader, n),
                                                   finetune=finetune, example_inputs=example_inputs)
         q, info = _legacy_with_report(model, qc, calibration_loader, finetune=finetune, example_inputs=example_inputs)
         info.update(flow_asked="pt2e", flow_fallback=pt2e.WHY_RNN_FALLBACK)

@@ -37,7 +37,7 @@ import importlib
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -337,15 +337,8 @@ def converted_graph(model: nn.Module) -> torch.fx.GraphModule | None:
     return graph if isinstance(model, FrozenCompiled) and isinstance(graph, torch.fx.GraphModule) else None
 
 
-def calibration_inputs(loader: Iterable | None) -> Callable[[int], list[tuple]]:
-    """``n -> the first n input tuples of loader`` (checked by :func:`lab.quant.int8.calibration_batches`)."""
-    from lab.quant.int8 import calibration_batches
-
-    return lambda n: calibration_batches(loader, n)
-
-
 __all__ = [
-    "API_PT2E", "API_REASON_PT2E", "calibration_inputs", "check_available", "check_pt2e_config", "compile_frozen",
+    "API_PT2E", "API_REASON_PT2E", "check_available", "check_pt2e_config", "compile_frozen",
     "converted_graph", "export_for_quant", "FrozenCompiled", "has_rnn", "make_quantizer", "nudge_zero_bn_scales",
     "quantize_pt2e_with_report",
     "TORCHAO_MISSING", "torchao_pt2e", "WHY_RNN_FALLBACK",
