@@ -92,7 +92,8 @@ def graph_op_counts(gm: torch.fx.GraphModule) -> dict[str, int]:
 def float_ops(gm: torch.fx.GraphModule) -> dict[str, int]:
     """aten ops that run float between int8 layers: neither fed by a dequantize nor feeding a quantize (an op
     inside a quantized pattern is fused into its int8 kernel by Inductor). Shape-only ops are left out."""
-    shape_only = {"sym_size", "view", "reshape", "flatten", "getitem", "_assert_tensor_metadata", "size"}
+    shape_only = {"sym_size", "view", "reshape", "flatten", "getitem", "_assert_tensor_metadata", "size", "arange",
+                  "select", "slice", "squeeze", "unsqueeze", "transpose", "permute", "expand", "t", "zeros"}
     out: Counter[str] = Counter()
     int8 = set(int8_weight_nodes(gm))
     for n in gm.graph.nodes:
