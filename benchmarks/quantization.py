@@ -1,4 +1,4 @@
-"""int8 vs the strongest fp32 on all three workloads: latency, size, accuracy, and what QAT buys and costs.
+"""int8 vs the strongest fp32 on all three workloads, legacy torch.ao and PT2E compiled: latency, size, accuracy.
 
     python benchmarks/quantization.py [--quick] [--json PATH]
 
@@ -7,7 +7,12 @@ with calibration; the ResNet also gets QAT and, for a fair cost comparison, plai
 same length. Latency arms are interleaved (fp32, fp32 channels_last, int8 ..., repeated) at batch 1 and batch
 64; the fp32 reference is the faster of plain and channels_last, not a weak baseline. Goals (DESIGN §5,
 issue 6): int8 >= 2.5x fp32 at batch >= 32 on the Linear/conv-heavy models with <= 0.5 pt accuracy loss;
-quantized layers >= 3.95x smaller; QAT recovers >= 50 % of the PTQ accuracy gap.
+quantized layers >= 3.95x smaller; QAT recovers >= 50 % of the PTQ accuracy gap. Those arms run the legacy flow
+(``quant.flow='legacy'``). The same float model then goes through PT2E (torchao X86InductorQuantizer, compiled by
+Inductor with freezing; ``bench_pt2e``), timed against fp32 eager AND fp32 compiled with the same Inductor settings,
+interleaved, compile seconds reported separately (issue 19 goals: vision static >= 4x fp32 eager and >= 1.5x fp32
+compiled at batch 64 with <= 0.5 pt loss; dynamic on ctr / sequence >= 1.0x or an op-level why; quantized layers
+>= 3.9x smaller; QAT recovers >= 50 % of the PTQ gap).
 
 GPU part (``gpu_part``, run by ``benchmarks/gpu.py``, not by this script): torchao int8 and int4 weight-only at
 batch 1 (decode-like: a stack of large bf16 Linear layers, Llama-8B MLP sizes) against bf16: latency ratio,
@@ -32,14 +37,20 @@ from torch import nn
 from lab import RunConfig
 from lab.config import QuantConfig
 from lab.context import thread_count
-from lab.measure import block_ms, error_text, interleaved_ms, median
+from lab.measure import block_ms, count_macs, error_text, interleaved_ms, median
 from lab.quant import (
+    compile_frozen,
+    compiled_latency,
+    converted_graph,
+    graph_layer_bytes,
+    int8_macs,
     interleaved_latency_ms,
     layer_bytes,
     metric_delta,
     outputs_of,
     quantize_with_report,
     speedup,
+    theory_vs_practice,
     trained_float_model,
 )
 
@@ -63,7 +74,7 @@ def bench_workload(name: str, size: str, repeats: int) -> tuple[list[dict[str, A
     arms: dict[str, Any] = {}
     qat_extra: dict[str, Any] = {}
     for method in PLANS[name]:
-        qc = QuantConfig(method=method, qat_epochs=1)
+        qc = QuantConfig(method=method, qat_epochs=1, flow="legacy")
         finetune = None
         if method == "qat":
             def finetune(m: torch.nn.Module, lr: float = ctx.resolved.lr * qc.qat_lr_factor) -> None:
@@ -107,6 +118,79 @@ def bench_workload(name: str, size: str, repeats: int) -> tuple[list[dict[str, A
                            met=lf / lq >= 3.95, note=f"kept float: {', '.join(info['swap']['kept_float']) or '-'}"))
     if "qat" in arms:
         figs += _qat_figures(name, wl, test, model, arms, qat_extra)
+    pt2e_figs, raw["pt2e"] = bench_pt2e(name, model, ctx, f_out, repeats)
+    return figs + pt2e_figs, raw
+
+
+#: Goals of the PT2E flow (issue 19), at batch BATCH_N.
+PT2E_GOALS = {("vision", "static"): (4.0, 1.5), ("ctr", "dynamic"): (1.0, None), ("sequence", "dynamic"): (1.0, None)}
+
+
+def bench_pt2e(name: str, model: nn.Module, ctx: Any, f_out: torch.Tensor, repeats: int
+               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """PT2E (torchao X86InductorQuantizer, compiled with freezing) int8 against fp32 eager AND fp32 compiled
+    with the same Inductor settings, interleaved; compile seconds separately; MAC share beside the speedup."""
+    wl, test = ctx.workload, ctx.data.test
+    inputs = test[:-1]
+    figs: list[dict[str, Any]] = []
+    raw: dict[str, Any] = {}
+    fp32_compiled = compile_frozen(model)
+    metrics = {"fp32": wl.evaluate(f_out, test[-1])[wl.metric_name]}
+    for method in PLANS[name]:
+        qc = QuantConfig(method=method, qat_epochs=1)  # flow="pt2e", the default
+        def finetune(m: nn.Module, lr: float = ctx.resolved.lr * qc.qat_lr_factor) -> None:
+            ctx.fit(m, epochs=1, lr=lr, phase="qat")
+        with thread_count(1):
+            q, info = quantize_with_report(model, qc, ctx.make_loader(), finetune=finetune if method == "qat" else None,
+                                           example_inputs=tuple(t[:2] for t in ctx.data.train[:-1]))
+            if info["flow"] != "pt2e":
+                figs.append(figure(f"{name} {method} pt2e speedup vs fp32 compiled, batch {BATCH_N}", float("nan"),
+                                   unit="x", note=f"fell back to legacy: {info.get('flow_fallback')}"))
+                continue
+            lat, comp = compiled_latency(model, q, inputs, [1, BATCH_N], repeats, fp32_compiled=fp32_compiled)
+        q_out = outputs_of(q, inputs)
+        metrics[method] = wl.evaluate(q_out, test[-1])[wl.metric_name]
+        acc = metric_delta(wl.evaluate, wl.metric_name, f_out, q_out, test[-1], higher_is_better=wl.higher_is_better)
+        one = tuple(t[:1] for t in inputs)
+        f_macs = count_macs(model, one)
+        share = int8_macs(model, list(info["swap"]["swapped"]), one) / f_macs if f_macs else 0.0
+        theory = theory_vs_practice(share, lat, info["swap"]["float_ops"])
+        raw[method] = {k: v["samples_ms"] for k, v in lat.items()}
+        goal_eager, goal_comp = PT2E_GOALS.get((name, method), (None, None))
+        for b in (1, BATCH_N):
+            s, key = lat[f"batch_{b}"], f"batch_{b}"
+            big = b == BATCH_N
+            loss_ok = acc["loss_pts"] <= 0.5
+            why = theory["by_batch"][key]["why"] or ""
+            note = (f"loss {acc['loss_pts']:.2f} pts [{acc['ci_lo']:.2f}, {acc['ci_hi']:.2f}]; int8 "
+                    f"{s['variant_median_ms']:.3f} ms; int8 MAC share {share:.0%}, MAC bound "
+                    f"{theory['by_batch'][key]['mac_bound']:.2f}x; {why}")
+            figs.append(figure(f"{name} {method} pt2e speedup vs fp32 eager, batch {b}", s["ratio"], unit="x",
+                               ci=(s["ci_lo"], s["ci_hi"]),
+                               goal=f">= {goal_eager:g}x with <= 0.5 pt loss" if goal_eager and big else None,
+                               met=(s["ratio"] >= goal_eager and loss_ok) if goal_eager and big else None, note=note))
+            c = s["vs_fp32_compiled"]
+            figs.append(figure(f"{name} {method} pt2e speedup vs fp32 compiled, batch {b}", c["ratio"], unit="x",
+                               ci=(c["ci_lo"], c["ci_hi"]),
+                               goal=f">= {goal_comp:g}x with <= 0.5 pt loss" if goal_comp and big else None,
+                               met=(c["ratio"] >= goal_comp and loss_ok) if goal_comp and big else None,
+                               note=f"same Inductor settings (freezing, static shapes); fp32 compiled / eager "
+                                    f"{s['fp32_compiled_vs_eager']['ratio']:.2f}x; {why}"))
+        for arm, per_batch in comp.items():
+            figs.append(figure(f"{name} {method} pt2e compile time ({arm})", sum(per_batch.values()), unit="s",
+                               note="first call per batch size (" + ", ".join(f"{k}: {v:.1f} s" for k, v in
+                                                                             per_batch.items()) + "); not in latency"))
+        lf, lq = graph_layer_bytes(converted_graph(q))
+        figs.append(figure(f"{name} {method} pt2e quantized-layers size ratio", lf / lq, unit="x", goal=">= 3.9x",
+                           met=lf / lq >= 3.9, note=f"graph: {info['swap']['graph']}; stayed float: "
+                           f"{', '.join(info['swap']['kept_float']) or '-'}; float ops: {info['swap']['float_ops']}"))
+    if "qat" in metrics and "static" in metrics:
+        gap = metrics["fp32"] - metrics["static"]
+        rec = (metrics["qat"] - metrics["static"]) / gap if gap > 0 else float("nan")
+        figs.append(figure(f"{name} pt2e QAT recovery of the PTQ gap", 100 * rec, unit="%", goal=">= 50 %",
+                           met=rec >= 0.5 if gap > 0 else None,
+                           note=f"fp32 {metrics['fp32']:.4f}, PTQ {metrics['static']:.4f}, QAT {metrics['qat']:.4f}; "
+                                f"one seed" + ("" if gap > 0 else "; PTQ lost nothing, goal n/a")))
     return figs, raw
 
 
@@ -138,7 +222,8 @@ def main() -> None:
                           note="not here: measured by this file's gpu_part via benchmarks/gpu.sh on a CUDA machine "
                                "(gpu.json)"))
     emit("quantization", args, figures, samples_ms=raw, engine=torch.backends.quantized.engine,
-         settings={"size": size, "repeats": repeats, "threads": 1, "batch_n": BATCH_N})
+         settings={"size": size, "repeats": repeats, "threads": 1, "batch_n": BATCH_N, "flows": ["legacy", "pt2e"],
+                   "machine": "2 shared cores, busy with other sessions during the run"})
 
 
 # ------------------------------------------------------------------------------------------------ GPU part

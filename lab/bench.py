@@ -52,9 +52,10 @@ ANCHORS: dict[str, Anchor] = {
     "pruning": Anchor("latency follows MACs only loosely after structural pruning; unstructured sparsity gives "
                       "no speed on dense kernels; 2:4 sparsity ~1.3-1.6x on Ampere+ GEMMs",
                       "Fang et al., DepGraph / Torch-Pruning (CVPR 2023); NVIDIA 2:4 sparsity whitepaper"),
-    "quantization": Anchor("int8 on x86 CPUs: ~2-4x faster inference and ~4x smaller weights than fp32; "
-                           "weight-only int8/int4 speeds up memory-bound batch-1 decoding on GPUs",
-                           "PyTorch quantization docs and blog; torchao README"),
+    "quantization": Anchor("int8 on x86 CPUs: PT2E + X86InductorQuantizer 3.25x geomean over Inductor fp32 on "
+                           "TorchBench CNNs at 0.44 % relative accuracy loss (2.97x over fp32 on 69 models, X86 "
+                           "backend); ~4x smaller weights; weight-only int8/int4 speeds up batch-1 decoding on GPUs",
+                           "PyTorch 2.1 x86 Inductor int8 blog; PyTorch X86 quantization backend blog; torchao README"),
     "distributed": Anchor("DDP overlaps all-reduce with backward: near-linear scaling when compute dominates; "
                           "Horovod reports ~90 % scaling efficiency (ResNet-101, 128 GPUs)",
                           "Li et al., PyTorch Distributed (VLDB 2020); Sergeev & Del Balso, Horovod (2018)"),

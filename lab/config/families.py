@@ -179,10 +179,12 @@ class PruneConfig(_Family):
 class QuantConfig(_Family):
     """Post-training (dynamic / static with calibration) or quantization-aware int8.
 
-    ``observer`` picks how static calibration sets activation ranges (QAT always uses moving-average
-    fake-quant); ``per_channel`` one weight scale per output channel instead of one per tensor (static and
-    QAT; dynamic int8 uses torch's per-tensor default, the one its LSTM kernel supports); QAT
-    fine-tunes ``qat_epochs`` at ``lr * qat_lr_factor`` after the float training."""
+    ``flow``: ``pt2e`` (default) is torchao PT2E with X86InductorQuantizer's default config, compiled by Inductor
+    (freezing); ``legacy`` the deprecated torch.ao eager / FX path, kept for comparison. ``observer`` picks how
+    static calibration sets activation ranges and ``per_channel=False`` one weight scale per tensor: both are
+    legacy-flow knobs (PT2E's default config is histogram + per-channel; other values are refused with it). QAT
+    always uses moving-average fake-quant and fine-tunes ``qat_epochs`` at ``lr * qat_lr_factor`` after the float
+    training. Dynamic int8 of a model holding an RNN takes the legacy flow (PT2E has no int8 LSTM)."""
 
     family: ClassVar[str] = "quant"
     SWITCH: ClassVar[str] = "quant.method (--quant)"

@@ -1,6 +1,9 @@
-"""Int8 quantization: dynamic, static (calibrated) and quantization-aware training (:mod:`.int8`), with a swap
-guard that refuses a no-op, and float-vs-int8 measured the lab's way (:mod:`.report`: size, interleaved
-latency with CIs, accuracy delta against its noise floor, output error, MACs, the training cost of QAT).
+"""Int8 quantization: dynamic, static (calibrated) and quantization-aware training (:mod:`.int8`), through
+torchao PT2E + X86InductorQuantizer compiled by Inductor (:mod:`.pt2e`, ``quant.flow='pt2e'``, the default) or
+the legacy torch.ao path (``quant.flow='legacy'``); a swap guard that refuses a no-op (:mod:`.swap` for modules,
+:mod:`.graph` for PT2E graphs); and float-vs-int8 measured the lab's way (:mod:`.report`, :mod:`.fair`: size,
+interleaved latency against fp32 eager and fp32 compiled with CIs, compile time, accuracy delta against its
+noise floor, output error, MACs beside the measured speedup, the training cost of QAT).
 
 The family's door (see :mod:`lab.context`): ``check`` refuses what int8 here cannot run (CUDA, fp16/bf16
 autocast) before any work; ``after_training`` quantizes the trained model (QAT fine-tunes through
@@ -17,26 +20,33 @@ from torch import nn
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
 from lab.loop import StepHook
-from lab.quant import int8, swap
+from lab.quant import fair, graph, int8, pt2e, swap
 from lab.quant import report as report_
+from lab.quant.fair import *  # noqa: F403 - the names in its __all__
+from lab.quant.graph import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import check_supported, quantize_with_report
+from lab.quant.pt2e import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import measure_against_float
 from lab.quant.swap import *  # noqa: F403 - the names in its __all__
 from lab.quant.swap import check_model
 from lab.result import RunResult
 
-__all__ = [*int8.__all__, *report_.__all__, *swap.__all__,
+__all__ = [*fair.__all__, *graph.__all__, *int8.__all__, *pt2e.__all__, *report_.__all__, *swap.__all__,
            "after_training", "before_training", "check", "report"]
 
 
 
 
 def check(cfg: RunConfig) -> None:
-    """Refuse int8 combinations this machine cannot run, before any training."""
+    """Refuse int8 combinations this machine cannot run, before any training (torchao missing for the
+    default PT2E flow included: one line, and the way out)."""
     if cfg.quant.enabled:
         check_supported(cfg)
+        if cfg.quant.flow == "pt2e":
+            pt2e.check_available()
+            pt2e.check_pt2e_config(cfg.quant)
 
 
 def preflight(ctx: TrainContext, model: nn.Module) -> None:
@@ -77,7 +87,8 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
 
     q, info = quantize_with_report(model, qc, ctx.make_loader(), finetune=finetune if qc.method == "qat" else None,
                                    example_inputs=tuple(t[:2] for t in ctx.data.train[:-1]))
-    info["backend_engine"] = torch.backends.quantized.engine
+    info["backend_engine"] = (torch.backends.quantized.engine if info.get("flow") == "legacy"
+                              else "x86 (Inductor + oneDNN)")
     info["isa_flags"] = ctx.result.env.get("isa_flags", [])
     info["cpu"] = ctx.result.env.get("cpu_model")
     info["cpu_capability"] = ctx.result.env.get("cpu_capability")

@@ -1,13 +1,12 @@
 """Int8 quantization: dynamic, static (calibrated) and quantization-aware training, with a swap guard.
 
-Why torch.ao and not torchao: on our pinned torch (2.13, CPU) the deprecated ``torch.ao.quantization`` is
-the API whose int8 kernels (fbgemm / x86 / qnnpack) actually run faster than fp32 on a CPU; torchao's
-``quantize_`` runs *slower* than fp32 on CPU here and PT2E needs ``torch.compile`` to pay off. So one
-interface, :func:`quantize`, uses ``quantize_dynamic`` for ``dynamic`` and FX graph mode for ``static``
-and ``qat`` (our ResNet adds residuals with a plain ``+`` and uses in-place ReLU, which eager static
-quantization cannot handle without rewriting the model around ``FloatFunctional``). The choice and its
-reason land in ``result.details["quant"]["api"]``. int8 here is CPU-only; a torchao GPU weight-only path
-is left to a later issue.
+Two flows behind one interface, :func:`quantize`. ``quant.flow='pt2e'`` (default) is the maintained stack:
+torchao PT2E with ``X86InductorQuantizer``, compiled by Inductor (:mod:`lab.quant.pt2e`). ``quant.flow='legacy'``
+keeps the deprecated ``torch.ao.quantization`` path for comparison: ``quantize_dynamic`` for ``dynamic`` and FX
+graph mode for ``static`` and ``qat`` (our ResNet adds residuals with a plain ``+`` and uses in-place ReLU, which
+eager static quantization cannot handle without rewriting the model around ``FloatFunctional``); its
+deprecation warnings are filtered in one place, :func:`ao_warnings_filtered`. The flow, the API and the reason
+land in ``result.details["quant"]``. int8 here is CPU-only; a torchao GPU weight-only path is benchmarked on a GPU.
 
 The swap guard: quantization APIs skip modules they do not support *silently* (dynamic int8 of
 ``nn.LSTM`` has been seen to change nothing on some torch versions), so after every call we list which
@@ -42,9 +41,8 @@ from lab.quant.swap import (
     swap_report,
 )
 
-API_REASON = ("torch.ao int8 kernels are the ones that beat fp32 on CPU with torch 2.13 (torchao quantize_ is "
-              "slower than fp32 on CPU; PT2E needs torch.compile); FX graph mode handles the ResNet's plain `+` "
-              "residuals and in-place ReLU without rewriting the model")
+API_REASON = ("legacy flow (quant.flow='legacy'): torch.ao eager/FX int8 kernels, kept beside PT2E for comparison; "
+              "FX graph mode handles the ResNet's plain `+` residuals and in-place ReLU without rewriting the model")
 
 
 # ------------------------------------------------------------------------------------------ warnings
@@ -227,17 +225,37 @@ def quantize(model: nn.Module, cfg: QuantConfig | RunConfig, calibration_loader:
 def quantize_with_report(model: nn.Module, cfg: QuantConfig | RunConfig, calibration_loader: Iterable | None = None,
                          *, finetune: Callable[[nn.Module], Any] | None = None, example_inputs: tuple | None = None
                          ) -> tuple[nn.Module, dict[str, Any]]:
-    """:func:`quantize` plus what was done: engine, API and reason, qconfig mapping, swap report."""
+    """:func:`quantize` plus what was done: flow, engine, API and reason, qconfig mapping, swap report.
+
+    ``quant.flow='pt2e'`` (the default) goes through :mod:`lab.quant.pt2e` (torchao, compiled); a dynamic
+    quantization of a model holding an RNN falls back to this legacy path and says why."""
+    qc = _as_quant_config(cfg)
+    if qc.flow == "pt2e":
+        from lab.quant import pt2e
+
+        if not (qc.method == "dynamic" and pt2e.has_rnn(model)):
+            return pt2e.quantize_pt2e_with_report(model, qc, lambda n: calibration_batches(calibration_loader, n),
+                                                  finetune=finetune, example_inputs=example_inputs)
+        q, info = _legacy_with_report(model, qc, calibration_loader, finetune=finetune, example_inputs=example_inputs)
+        info.update(flow_asked="pt2e", flow_fallback=pt2e.WHY_RNN_FALLBACK)
+        return q, info
+    return _legacy_with_report(model, qc, calibration_loader, finetune=finetune, example_inputs=example_inputs)
+
+
+def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: Iterable | None = None, *,
+                        finetune: Callable[[nn.Module], Any] | None = None, example_inputs: tuple | None = None
+                        ) -> tuple[nn.Module, dict[str, Any]]:
+    """The torch.ao path (``quant.flow='legacy'``): eager ``quantize_dynamic``, FX static and QAT."""
     from torch.ao import quantization as tq
     from torch.ao.quantization import quantize_fx
 
-    qc = _as_quant_config(cfg)
     engine = resolve_engine(qc.backend)
     # The engine is process-global in torch, and packed int8 weights must run under the engine that packed
     # them, so it is set here and left set (recorded in the report).
     torch.backends.quantized.engine = engine
     float_model = copy.deepcopy(model).cpu().eval()
-    info: dict[str, Any] = {"method": qc.method, "engine": engine, "api": API[qc.method], "api_reason": API_REASON,
+    info: dict[str, Any] = {"method": qc.method, "flow": "legacy", "engine": engine, "api": API[qc.method],
+                            "api_reason": API_REASON,
                             "observer": qc.observer if qc.method == "static" else
                             ("moving_average fake-quant" if qc.method == "qat" else "none (dynamic)"),
                             "per_channel": qc.per_channel}

@@ -21,7 +21,9 @@ from torch import nn
 from lab import measure
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext, prepare
+from lab.quant.fair import compare_compiled, why_tags_compiled
 from lab.quant.int8 import quantize
+from lab.quant.pt2e import FrozenCompiled
 from lab.workloads import Workload
 
 
@@ -84,10 +86,26 @@ def relative_error(base_out: torch.Tensor, variant_out: torch.Tensor) -> float:
 
 
 def compare(float_model: nn.Module, quantized: nn.Module, wl: Workload, test: tuple[torch.Tensor, ...], *,
-            swapped: Sequence[str], batch_n: int, repeats: int) -> dict[str, Any]:
-    """Everything float-vs-int8 that needs no training context (the benchmark and notebook call this)."""
+            swapped: Sequence[str], batch_n: int, repeats: int,
+            float_ops: dict[str, int] | None = None) -> dict[str, Any]:
+    """Everything float-vs-int8 that needs no training context (the benchmark and notebook call this). A
+    compiled PT2E model is timed against fp32 eager *and* fp32 compiled (:func:`lab.quant.fair.compare_compiled`,
+    which compiles first, so its batch sizes become the compiled graphs); a legacy one against fp32 eager."""
     inputs, target = test[:-1], test[-1]
+    if isinstance(quantized, FrozenCompiled):
+        out = compare_compiled(float_model, quantized, inputs, swapped, batch_n=batch_n, repeats=repeats,
+                               float_ops=float_ops)
+    else:
+        out = _compare_eager(float_model, quantized, inputs, swapped=swapped, batch_n=batch_n, repeats=repeats)
     f_out, q_out = outputs_of(float_model, inputs), outputs_of(quantized, inputs)
+    out["output_rel_error"] = relative_error(f_out, q_out)
+    out["accuracy"] = {wl.metric_name: metric_delta(wl.evaluate, wl.metric_name, f_out, q_out, target,
+                                                    higher_is_better=wl.higher_is_better)}
+    return out
+
+
+def _compare_eager(float_model: nn.Module, quantized: nn.Module, inputs: tuple[torch.Tensor, ...], *,
+                   swapped: Sequence[str], batch_n: int, repeats: int) -> dict[str, Any]:
     f_bytes, q_bytes = measure.serialized_size_bytes(float_model), measure.serialized_size_bytes(quantized)
     lf, lq = layer_bytes(float_model, quantized, swapped)
     one = tuple(t[:1] for t in inputs)
@@ -98,13 +116,10 @@ def compare(float_model: nn.Module, quantized: nn.Module, wl: Workload, test: tu
         "float_macs_per_sample": measure.count_macs(float_model, one),
         "int8_macs_counted": measure.count_macs(quantized, one),  # float and int8 kernels of the int8 model
         "int8_model_macs_by_dtype": measure.count_macs_by_dtype(quantized, one),
-        "output_rel_error": relative_error(f_out, q_out),
-        "accuracy": {wl.metric_name: metric_delta(wl.evaluate, wl.metric_name, f_out, q_out, target,
-                                                  higher_is_better=wl.higher_is_better)},
         "latency": {},
     }
     if repeats:
-        for b in sorted({1, min(batch_n, len(target))}):
+        for b in sorted({1, min(batch_n, len(inputs[0]))}):
             x = tuple(t[:b] for t in inputs)
             s = interleaved_latency_ms({"float": float_model, "int8": quantized}, x, repeats)
             out["latency"][f"batch_{b}"] = {**speedup(s["float"], s["int8"]), "samples_ms": s}
@@ -138,7 +153,7 @@ def measure_against_float(ctx: TrainContext, float_model: nn.Module, quantized: 
     cfg = ctx.cfg
     batch_n = min(cfg.eval_batch_size, len(ctx.data.test[0]))
     figs = compare(float_model.cpu(), quantized, ctx.workload, ctx.data.test, swapped=list(info["swap"]["swapped"]),
-                   batch_n=batch_n, repeats=cfg.latency_repeats)
+                   batch_n=batch_n, repeats=cfg.latency_repeats, float_ops=info["swap"].get("float_ops"))
     if qat_stats:
         warm = cfg.warmup_steps
         qat_ms = measure.median(qat_stats["step_ms"][warm:] or qat_stats["step_ms"])
@@ -148,7 +163,10 @@ def measure_against_float(ctx: TrainContext, float_model: nn.Module, quantized: 
                        "float_step_median_ms": float_ms, "qat_step_cost_ratio": qat_ms / float_ms,
                        "note": "fake-quant makes training steps slower; int8 speeds up inference, not training"}
     info.update(figs)
-    ctx.result.why.extend(why_tags(figs, info["swap"]))
+    tags = why_tags_compiled if isinstance(quantized, FrozenCompiled) else why_tags
+    ctx.result.why.extend(tags(figs, info["swap"]))
+    if info.get("flow_fallback"):
+        ctx.result.why.append(f"quant.flow='pt2e' fell back to legacy: {info['flow_fallback']}")
 
 
 # ----------------------------------------------------------------------------- studies (notebook, bench)
@@ -167,14 +185,17 @@ def trained_float_model(cfg: RunConfig) -> tuple[nn.Module, TrainContext]:
 
 def calibration_ablation(model: nn.Module, ctx: TrainContext, batches: Sequence[int] = (1, 4, 16, 64),
                          observers: Sequence[str] = ("minmax", "histogram")) -> list[dict[str, Any]]:
-    """Static int8 accuracy vs number of calibration batches and observer type, against the float model."""
+    """Static int8 accuracy vs number of calibration batches and observer type, against the float model
+    (legacy flow: the observers are its choice to make)."""
     wl, test = ctx.workload, ctx.data.test
     f_out = outputs_of(model, test[:-1])
     base = wl.evaluate(f_out, test[-1])[wl.metric_name]
     rows = []
     for obs in observers:
         for n in batches:
-            q = quantize(model, QuantConfig(method="static", calibration_batches=n, observer=obs), ctx.make_loader())
+            # the legacy flow: it has the observers to compare (X86InductorQuantizer's default is histogram)
+            q = quantize(model, QuantConfig(method="static", calibration_batches=n, observer=obs, flow="legacy"),
+                         ctx.make_loader())
             q_out = outputs_of(q, test[:-1])
             metric = wl.evaluate(q_out, test[-1])[wl.metric_name]
             rows.append({"observer": obs, "calibration_batches": n, "float_metric": base, "int8_metric": metric,

@@ -1,0 +1,345 @@
+"""int8 on the maintained stack: torchao PT2E with the x86 Inductor quantizer, lowered by ``torch.compile``.
+
+The flow (``quant.flow='pt2e'``, the default): ``torch.export`` the float model (batch dimension dynamic) ->
+``prepare_pt2e`` (static, dynamic) or ``prepare_qat_pt2e`` (QAT, exported in train mode) with
+``X86InductorQuantizer`` and its default config (int8 per-channel symmetric weights, uint8 per-tensor
+activations, HistogramObserver for static) -> calibrate / fine-tune -> ``convert_pt2e`` -> ``torch.compile``
+with Inductor *freezing* on, which folds the quantize / dequantize pairs around each conv and linear into one
+oneDNN int8 kernel with packed weights. Without the compile the converted graph runs float ops between
+explicit quantize / dequantize calls: a reference, slower than fp32. So the compiled model
+(:class:`FrozenCompiled`) is what a run measures and stores, and the compile time is reported on its own.
+
+Why the lab does a few things torchao does not do for it:
+
+* **one source partition per call site** (:func:`export_for_quant`): a module called twice (the ResNet block
+  reuses one ``nn.ReLU``) exports as one partition with two outputs, which the quantizer refuses
+  ("Input partition has more than one output node"); the call index torch.export already records is
+  appended to each node's module path, so each call is matched on its own.
+* **static shapes, one graph per batch size** (:class:`FrozenCompiled`): on torch 2.13 the Inductor int8 conv
+  lowering fails with symbolic shapes, so each batch size met compiles its own graph; other batch sizes run
+  through the largest compiled one in padded chunks instead of triggering a compile each.
+* **freezing set in a scoped way**: ``torch.compile(options={"freezing": True})`` does not reach the int8
+  weight folding on this torch; ``torch._inductor.config.patch(freezing=True)`` around each compiling call does,
+  and leaves the global config alone.
+* **RNNs**: torch.export keeps ``nn.LSTM`` as one ``aten.lstm`` node that the quantizer does not annotate and
+  Inductor has no int8 kernel for, so dynamic int8 of a model holding an RNN falls back to the legacy
+  ``quantize_dynamic`` (whose int8 LSTM exists) and records why (``info["flow_fallback"]``).
+
+torchao is imported lazily: ``lab`` works without it, and asking for this flow without it is one clear line.
+Taught in ``notebooks/04_quantization``; measured in ``benchmarks/quantization.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+
+from lab.config import QuantConfig
+from lab.quant.graph import check_graph_quantized, graph_swap_report
+
+TORCHAO_MISSING = ("quant.flow='pt2e' needs torchao (pinned in pyproject.toml: pip install 'torchao==0.18.0'); "
+                   "install it, or use --quant-flow legacy")
+API_PT2E = {
+    "static": "torchao PT2E: torch.export -> prepare_pt2e(X86InductorQuantizer) -> calibrate -> convert_pt2e "
+              "-> torch.compile (Inductor, freezing)",
+    "dynamic": "torchao PT2E: torch.export -> prepare_pt2e(X86InductorQuantizer, is_dynamic=True) -> convert_pt2e "
+               "-> torch.compile (Inductor, freezing)",
+    "qat": "torchao PT2E: torch.export (train) -> prepare_qat_pt2e(X86InductorQuantizer, is_qat=True) -> fine-tune "
+           "-> convert_pt2e -> torch.compile (Inductor, freezing)",
+}
+API_REASON_PT2E = ("torch.ao.quantization is deprecated in favour of torchao; PT2E + X86InductorQuantizer lowered by "
+                   "Inductor (freezing) runs fused oneDNN int8 kernels, which is where int8 pays on this CPU")
+WHY_RNN_FALLBACK = ("PT2E cannot quantize nn.LSTM / nn.GRU: torch.export keeps each as one aten.lstm / aten.gru "
+                    "node, X86InductorQuantizer annotates no RNN op and Inductor has no int8 RNN kernel; the legacy "
+                    "torch.ao quantize_dynamic has an int8 LSTM, so this model took the legacy flow")
+_TORCHAO_MODULES = ("torchao.quantization.pt2e.quantize_pt2e",
+                    "torchao.quantization.pt2e.quantizer.x86_inductor_quantizer", "torchao.quantization.pt2e")
+
+
+@contextlib.contextmanager
+def _torchao_noise_filtered() -> Iterator[None]:
+    """torchao logs "Failed to load ..._C_cutlass_90a / _C_mxfp8" at import on a CPU box (its CUDA extensions)
+    and torch warns about an Enum it registers: harmless, silenced here and only here."""
+    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*is an Enum subclass.*")
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated",
+                                    category=DeprecationWarning)
+            # torch.export of nn.LSTM: its cached _flat_weights list is reassigned while tracing (harmless)
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
+            yield
+    finally:
+        for log, level in zip(logs, levels, strict=True):
+            log.setLevel(level)
+
+
+def torchao_pt2e() -> SimpleNamespace:
+    """The torchao PT2E entry points, or ``ValueError(TORCHAO_MISSING)`` when torchao cannot be imported."""
+    try:
+        with _torchao_noise_filtered():
+            mods = [importlib.import_module(name) for name in _TORCHAO_MODULES]
+    except ImportError as exc:
+        raise ValueError(TORCHAO_MISSING) from exc
+    q, x86, pt2e = mods
+    return SimpleNamespace(prepare_pt2e=q.prepare_pt2e, prepare_qat_pt2e=q.prepare_qat_pt2e,
+                           convert_pt2e=q.convert_pt2e, X86InductorQuantizer=x86.X86InductorQuantizer,
+                           default_config=x86.get_default_x86_inductor_quantization_config,
+                           to_eval=pt2e.move_exported_model_to_eval, to_train=pt2e.move_exported_model_to_train,
+                           allow_train_eval=pt2e.allow_exported_model_train_eval)
+
+
+def check_available() -> None:
+    """Before any work: the flow's library is importable (one line otherwise)."""
+    torchao_pt2e()
+
+
+def make_quantizer(method: str) -> Any:
+    """``X86InductorQuantizer`` with its default config for ``method`` (per-channel int8 weights). Dynamic int8
+    is set for ``nn.Linear`` only: the global dynamic config also annotates convolutions, for which Inductor has
+    no dynamic int8 kernel (and whose per-batch activation scales were seen to cost 40 % output error here)."""
+    ao = torchao_pt2e()
+    config = ao.default_config(is_qat=method == "qat", is_dynamic=method == "dynamic")
+    quantizer = ao.X86InductorQuantizer()
+    if method == "dynamic":
+        return quantizer.set_module_type_qconfig(nn.Linear, config)
+    return quantizer.set_global(config)
+
+
+#: A BatchNorm scale this small is nudged away from 0 before QAT (see :func:`nudge_zero_bn_scales`).
+BN_SCALE_FLOOR = 1e-4
+
+
+def nudge_zero_bn_scales(model: nn.Module) -> list[str]:
+    """torchao's QAT conv-bn fusion computes ``conv(x, w * s) / s`` with ``s = gamma / std``, so a BatchNorm
+    whose gamma is exactly 0 (zero-init residual blocks, ResNet's last BN per block before training) turns the
+    whole forward into NaN. Such entries get ``BN_SCALE_FLOOR`` (the block's output moves by ~1e-4 x its
+    input); returns the BatchNorms changed."""
+    names = []
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.affine and bool((m.weight == 0).any()):
+                m.weight[m.weight == 0] = BN_SCALE_FLOOR
+                names.append(name)
+    return names
+
+
+# --------------------------------------------------------------------------------------------- export
+
+
+def _unique_call_sites(gm: torch.fx.GraphModule) -> None:
+    """Give every call of a reused module its own source partition: torch.export keys the second call of
+    ``stages.0.0.relu`` as ``...relu@1`` but keeps the same module path, which merges both calls into one
+    partition with two outputs; the quantizer raises on that. The path gets the ``@k`` suffix of its key."""
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            node.meta["nn_module_stack"] = {
+                key: ((path + "@" + key.rpartition("@")[2]) if "@" in key else path, cls)
+                for key, (path, cls) in stack.items()}
+
+
+def export_for_quant(model: nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> torch.fx.GraphModule:
+    """``torch.export`` of ``model`` in its current mode with a dynamic batch dimension (the graph must accept
+    the calibration, training and evaluation batches alike), as the GraphModule PT2E works on."""
+    dims = tuple({0: torch.export.Dim.AUTO} for _ in example_inputs)
+    with _torchao_noise_filtered():
+        gm = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dims).module()
+    _unique_call_sites(gm)
+    return gm
+
+
+# ------------------------------------------------------------------------------------------- compile
+
+
+class FrozenCompiled(nn.Module):
+    """A model as Inductor runs it for inference: ``torch.compile`` with freezing, under ``no_grad``.
+
+    Two static graphs at most: batch 1 and the first batch size > 1 met (the *bucket*; ``compile_s`` records each
+    compile's seconds: the first call at that size). Any other batch size runs through the bucket's graph in
+    padded chunks, so an evaluation split's odd tail does not cost another compile. Under a
+    dispatch mode (the FLOP counter) the eager graph runs instead: a compiled graph is opaque to it.
+    ``train()`` never recurses: the wrapped graph is inference-only (a converted PT2E graph refuses it)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.graph = model
+        # not a registered submodule: its _orig_mod is ``graph`` again (state_dict and .train() would see it twice)
+        self.__dict__["_compiled"] = torch.compile(model, dynamic=False)
+        self.compile_s: dict[int, float] = {}
+
+    def train(self, mode: bool = True) -> FrozenCompiled:
+        self.training = mode
+        return self
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted(self.compile_s)
+
+    def _call(self, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        b = int(inputs[0].shape[0])
+        if b in self.compile_s:
+            return self._compiled(*inputs)
+        bucket = max((n for n in self.compile_s if n > 1), default=None)
+        if bucket is not None and b != 1:
+            return self._chunked(inputs, bucket)
+        import torch._inductor.config as inductor_config
+
+        t0 = time.perf_counter()
+        with inductor_config.patch(freezing=True), warnings.catch_warnings():
+            # Inductor's int8 lowering builds tensors from Python scalars ("To copy construct from a tensor ...")
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._inductor")
+            out = self._compiled(*inputs)
+        self.compile_s[b] = time.perf_counter() - t0
+        return out
+
+    def _chunked(self, inputs: tuple[torch.Tensor, ...], n: int) -> torch.Tensor:
+        total, outs = int(inputs[0].shape[0]), []
+        for i in range(0, total, n):
+            part = tuple(t[i:i + n] for t in inputs)
+            k = int(part[0].shape[0])
+            if k < n:  # pad by repeating the last row: rows are independent in eval mode
+                part = tuple(torch.cat([t, t[-1:].expand(n - k, *t.shape[1:])]) for t in part)
+            outs.append(self._compiled(*part)[:k])
+        return torch.cat(outs)
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            if torch._C._len_torch_dispatch_stack():
+                return self.graph(*inputs)
+            return self._call(inputs)
+
+
+def compile_frozen(model: nn.Module) -> FrozenCompiled:
+    """``model`` (a converted PT2E graph, or a float model for the fair baseline) compiled the same way."""
+    if isinstance(model, torch.fx.GraphModule):
+        torchao_pt2e().allow_train_eval(model)  # .eval()/.train() of a lab measurement must not raise
+    model.eval()  # not chained: torchao's patched eval() of an exported graph returns None
+    return FrozenCompiled(model)
+
+
+# ------------------------------------------------------------------------------------------ quantize
+
+
+@contextlib.contextmanager
+def _fold_only_present_convs(gm: torch.fx.GraphModule) -> Iterator[None]:
+    """``convert_pt2e`` of a QAT graph folds BatchNorm by exporting 12 small match / replacement patterns for
+    each of conv1d, conv2d, conv_transpose1d and conv_transpose2d (48 ``torch.export`` calls, ~100 s on this
+    2-core machine) whether or not the graph holds that conv. For the duration of one convert, torchao's
+    helper is skipped for conv kinds absent from the graph: same result, a quarter of the time. Without the
+    private helper (another torchao version) nothing is patched."""
+    import torch.nn.functional as F
+
+    try:
+        qat_utils = importlib.import_module("torchao.quantization.pt2e.qat_utils")
+        helper = qat_utils._fold_conv_bn_qat_helper
+    except (ImportError, AttributeError):
+        yield
+        return
+    aten = torch.ops.aten
+    present = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    kinds = {F.conv1d: aten.conv1d.default, F.conv2d: aten.conv2d.default,
+             F.conv_transpose1d: aten.conv_transpose1d.default, F.conv_transpose2d: aten.conv_transpose2d.input}
+
+    def only_present(m: torch.fx.GraphModule, conv_fn: Any, *args: Any, **kwargs: Any) -> torch.fx.GraphModule:
+        if conv_fn in kinds and kinds[conv_fn] not in present:
+            return m
+        return helper(m, conv_fn, *args, **kwargs)
+
+    qat_utils._fold_conv_bn_qat_helper = only_present
+    try:
+        yield
+    finally:
+        qat_utils._fold_conv_bn_qat_helper = helper
+
+
+def has_rnn(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.RNNBase) for m in model.modules())
+
+
+def check_pt2e_config(qc: QuantConfig) -> None:
+    """What the x86 Inductor quantizer's default config cannot express, refused with the way out."""
+    if not qc.per_channel:
+        raise ValueError("quant.per_channel=False is invalid with quant.flow='pt2e': X86InductorQuantizer's default "
+                         "config quantizes weights per channel; use --quant-flow legacy for per-tensor weights")
+    if qc.method == "static" and qc.observer != QuantConfig().observer:
+        raise ValueError(f"quant.observer={qc.observer!r} is invalid with quant.flow='pt2e': X86InductorQuantizer's "
+                         "default config calibrates with a histogram observer; use --quant-flow legacy to compare "
+                         "observers")
+
+
+def quantize_pt2e_with_report(model: nn.Module, qc: QuantConfig, batches: Callable[[int], list[tuple]],
+                              *, finetune: Callable[[nn.Module], Any] | None = None,
+                              example_inputs: tuple | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """The PT2E int8 model of ``model`` (untouched) compiled for inference, and what was done.
+
+    ``batches(n)`` gives the first ``n`` calibration input tuples; ``example_inputs`` traces the model
+    (default: the first calibration batch). Raises :class:`~lab.quant.swap.QuantizationNoOpError` when the
+    converted graph holds no int8 op."""
+    check_pt2e_config(qc)
+    ao = torchao_pt2e()
+    float_model = copy.deepcopy(model).cpu().eval()
+    info: dict[str, Any] = {"method": qc.method, "flow": "pt2e", "engine": "x86 (Inductor + oneDNN)",
+                            "api": API_PT2E[qc.method], "api_reason": API_REASON_PT2E, "per_channel": True,
+                            "observer": {"static": "histogram (X86InductorQuantizer default)",
+                                         "qat": "moving-average min/max fake-quant (X86InductorQuantizer default)",
+                                         "dynamic": "none (dynamic: per-batch activation scales)"}[qc.method],
+                            "inductor": {"freezing": True, "dynamic_shapes": False}}
+    if qc.method == "qat" and finetune is None:
+        raise ValueError("quant.method='qat' needs finetune: a callable that trains the fake-quant model")
+    calib = batches(qc.calibration_batches) if qc.method == "static" else []
+    if example_inputs is None:
+        example_inputs = calib[0] if calib else batches(1)[0]
+    quantizer = make_quantizer(qc.method)
+    t0 = time.perf_counter()
+    if qc.method == "qat":
+        train_copy = copy.deepcopy(model).cpu().train()
+        nudged = nudge_zero_bn_scales(train_copy)
+        if nudged:
+            info["qat_bn_scales_nudged"] = {"modules": nudged, "to": BN_SCALE_FLOOR,
+                                            "why": "torchao's QAT conv-bn fusion divides by the BN scale"}
+        gm = export_for_quant(train_copy, example_inputs)
+        prepared = ao.prepare_qat_pt2e(gm, quantizer)
+        ao.allow_train_eval(prepared)  # the lab's loop calls .train(); torchao swaps BN / dropout to train ops
+        finetune(prepared)
+        prepared = ao.to_eval(prepared.cpu())
+    else:
+        prepared = ao.prepare_pt2e(export_for_quant(float_model, example_inputs), quantizer)
+        with torch.no_grad():
+            # dynamic too needs one forward: its weight observers run there (else the scales stay at 1.0)
+            for inputs in calib or [example_inputs]:
+                prepared(*inputs)
+        info["calibration_batches_used"] = len(calib)
+    with _torchao_noise_filtered(), _fold_only_present_convs(prepared):
+        converted = ao.convert_pt2e(prepared)
+    info["quantize_s"] = time.perf_counter() - t0
+    info["swap"] = graph_swap_report(converted, float_model, qc.method)
+    check_graph_quantized(info["swap"], qc.method)
+    return compile_frozen(converted), info
+
+
+def converted_graph(model: nn.Module) -> torch.fx.GraphModule | None:
+    """The converted PT2E graph inside a compiled int8 model (None for other models)."""
+    graph = getattr(model, "graph", None)
+    return graph if isinstance(model, FrozenCompiled) and isinstance(graph, torch.fx.GraphModule) else None
+
+
+__all__ = [
+    "API_PT2E", "API_REASON_PT2E", "check_available", "check_pt2e_config", "compile_frozen",
+    "converted_graph", "export_for_quant", "FrozenCompiled", "has_rnn", "make_quantizer", "nudge_zero_bn_scales",
+    "quantize_pt2e_with_report",
+    "TORCHAO_MISSING", "torchao_pt2e", "WHY_RNN_FALLBACK",
+]

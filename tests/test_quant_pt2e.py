@@ -1,0 +1,197 @@
+"""PT2E int8 (torchao X86InductorQuantizer, ``quant.flow='pt2e'``): agreement with the float model on every built-in
+workload, the graph swap guard, the compiled model a run stores, clear errors.
+
+Stated tolerance: the int8 graph's outputs are within ``TOL`` relative L2 error of the float model's on held-out
+inputs (static / dynamic: the same weights; QAT: after a few fine-tuning steps at a tiny lr). The converted graph is
+checked eagerly (it computes what the compiled one computes, with explicit quantize / dequantize); compiling costs
+20-60 s per graph on 2 busy cores, so only the ``slow`` tests compile, once each. No timing assertions.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from lab import quant as Q
+from lab.config import QuantConfig, RunConfig
+from lab.workloads import get_workload
+
+TOL = {"static": 0.05, "dynamic": 0.08, "qat": 0.10}
+#: QAT fine-tunes in train mode: 2 batches move the running statistics of the untrained ResNet's BatchNorms
+#: (initialised to 0 / 1) by their momentum, so its eval outputs drift from the float model's beyond rounding.
+TOL_QAT_WITH_BN = 0.25
+N_INT8 = {("vision", "static"): 10, ("vision", "qat"): 10, ("vision", "dynamic"): 1, ("ctr", "static"): 4,
+          ("ctr", "dynamic"): 4, ("ctr", "qat"): 4, ("sequence", "static"): 1, ("sequence", "qat"): 1}
+
+
+@pytest.fixture(scope="module")
+def tiny() -> dict[str, tuple]:
+    """Per workload: a float model (random init, seeded), 4 calibration batches of 32, 64 held-out inputs."""
+    out = {}
+    for name in ("vision", "ctr", "sequence"):
+        wl = get_workload(name)
+        torch.manual_seed(0)
+        model = wl.make_model(wl.sizes["tiny"]).eval()
+        data = wl.make_data(wl.sizes["tiny"], 0)
+        loader = [tuple(t[i:i + 32] for t in data.train) for i in range(0, 128, 32)]
+        out[name] = (wl, model, loader, tuple(t[:64] for t in data.test[:-1]))
+    return out
+
+
+def _finetune(wl, loader):
+    def fit(prepared: nn.Module) -> None:
+        opt = torch.optim.SGD(prepared.parameters(), lr=1e-5)
+        prepared.train()
+        for batch in loader[:2]:
+            loss = wl.loss(prepared(*batch[:-1]), batch[-1])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return fit
+
+
+def _check_agreement(tiny, name: str, method: str) -> dict:
+    wl, model, loader, x = tiny[name]
+    q, info = Q.quantize_with_report(model, QuantConfig(method=method, calibration_batches=4), loader,
+                                     finetune=_finetune(wl, loader) if method == "qat" else None)
+    assert info["flow"] == "pt2e" and isinstance(q, Q.FrozenCompiled)
+    graph = Q.converted_graph(q)
+    counts = info["swap"]["graph"]
+    n_int8 = counts.get("int8_conv", 0) + counts.get("int8_linear", 0)
+    assert n_int8 == N_INT8[(name, method)] == info["swap"]["n_swapped"]
+    assert counts["dequantize_per_channel"] == n_int8  # every int8 layer's weight is an int8 constant
+    assert (counts.get("choose_qparams", 0) > 0) == (method == "dynamic")  # per-batch activation scales
+    with torch.no_grad():
+        err = Q.relative_error(model(*x), graph(*x))
+    tol = TOL_QAT_WITH_BN if (name, method) == ("vision", "qat") else TOL[method]
+    assert err < tol, f"{name}/{method}: relative error {err:.4f}"
+    return info
+
+
+@pytest.mark.parametrize("name,method", [("vision", "static"), ("vision", "dynamic"), ("ctr", "static"),
+                                         ("ctr", "dynamic"), ("sequence", "static")])
+def test_pt2e_post_training_int8_agrees_with_float(tiny, name, method):
+    info = _check_agreement(tiny, name, method)
+    if name == "ctr":  # embeddings have no PT2E int8 path: they stay float and the report says why
+        assert {"embedding", "wide"} <= set(info["swap"]["kept_float"])
+        assert "embedding lookup" in info["swap"]["kept_float_reasons"]["embedding"]
+    if name == "sequence":
+        assert info["swap"]["kept_float"] == ["lstm"] and info["swap"]["float_ops"].get("lstm") == 1
+    if (name, method) == ("vision", "dynamic"):  # the x86 dynamic config is for Linear: convs run float
+        assert info["swap"]["float_ops"]["conv2d"] == 9
+
+
+@pytest.mark.parametrize("name", ["ctr", "sequence"])
+def test_pt2e_qat_agrees_with_float(tiny, name):
+    _check_agreement(tiny, name, "qat")
+
+
+@pytest.mark.slow
+def test_pt2e_qat_resnet_with_zero_init_bn_agrees_with_float(tiny):
+    info = _check_agreement(tiny, "vision", "qat")
+    assert info["qat_bn_scales_nudged"]["modules"]  # the untrained ResNet's last BN per block has gamma = 0
+
+
+def test_dynamic_int8_of_an_lstm_falls_back_to_legacy_and_says_why(tiny):
+    wl, model, _, x = tiny["sequence"]
+    q, info = Q.quantize_with_report(model, QuantConfig(method="dynamic"))
+    assert info["flow"] == "legacy" and info["flow_asked"] == "pt2e" and "aten.lstm" in info["flow_fallback"]
+    assert info["swap"]["swapped"]["lstm"] == "LSTM"
+    assert Q.relative_error(model(*x), q(*x)) < TOL["dynamic"]
+
+
+def test_swap_guard_refuses_a_graph_with_no_quantized_op(tiny, monkeypatch):
+    wl, model, loader, _ = tiny["ctr"]
+    from lab.quant import pt2e
+
+    empty = pt2e.torchao_pt2e().X86InductorQuantizer()  # no config: annotates nothing, silently
+    monkeypatch.setattr(pt2e, "make_quantizer", lambda method: empty)
+    with pytest.raises(Q.QuantizationNoOpError, match="changed nothing.*0 quantize/dequantize"):
+        Q.quantize(model, QuantConfig(method="static", calibration_batches=1), loader)
+
+
+def test_graph_report_of_a_float_graph_counts_nothing_int8():
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    gm = Q.export_for_quant(model, (torch.randn(4, 8),))
+    report = Q.graph_swap_report(gm, model, "static")
+    assert report["graph"] == {} and report["n_asked"] == 2 and report["kept_float"] == ["0", "2"]
+    with pytest.raises(Q.QuantizationNoOpError):
+        Q.check_graph_quantized(report, "static")
+
+
+def test_missing_torchao_is_one_clear_line(monkeypatch):
+    for name in Q.pt2e._TORCHAO_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError
+    from lab.quant import check
+
+    cfg = RunConfig(workload="ctr", size="tiny", device="cpu", quant=QuantConfig(method="static"))
+    with pytest.raises(ValueError, match=r"quant.flow='pt2e' needs torchao .*--quant-flow legacy"):
+        check(cfg)
+    check(RunConfig(workload="ctr", size="tiny", device="cpu", quant=QuantConfig(method="static", flow="legacy")))
+
+
+def test_lab_imports_without_torchao():
+    code = ("import sys; sys.modules['torchao'] = None\n"
+            "import lab, lab.quant, lab.train\n"
+            "assert 'torchao.quantization' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_pt2e_refuses_what_its_default_config_cannot_express():
+    from lab.quant import check
+
+    for qc, field in ((QuantConfig(method="static", per_channel=False), "per_channel"),
+                      (QuantConfig(method="static", observer="minmax"), "observer")):
+        with pytest.raises(ValueError, match=f"quant.{field}=.*--quant-flow legacy"):
+            check(RunConfig(workload="ctr", size="tiny", device="cpu", quant=qc))
+
+
+def test_zero_bn_scales_are_nudged_and_others_left_alone():
+    bn = nn.BatchNorm2d(3)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([0.0, 0.5, 0.0]))
+    assert Q.nudge_zero_bn_scales(nn.Sequential(bn)) == ["0"]
+    assert torch.equal(bn.weight.detach(), torch.tensor([Q.pt2e.BN_SCALE_FLOOR, 0.5, Q.pt2e.BN_SCALE_FLOOR]))
+
+
+def test_amdahl_bound_and_why_tags():
+    assert Q.amdahl_bound(0.0) == 1.0 and Q.amdahl_bound(1.0) == Q.INT8_MAC_GAIN
+    lat = {"batch_1": {"vs_fp32_compiled": {"ratio": 0.8}}, "batch_64": {"vs_fp32_compiled": {"ratio": 3.0}}}
+    rows = Q.theory_vs_practice(1.0, lat, {"lstm": 1})["by_batch"]
+    assert "batch 1" in rows["batch_1"]["why"] and rows["batch_64"]["why"] is None  # 3x of a 4x bound agrees
+
+
+@pytest.mark.slow
+def test_fair_comparison_times_int8_against_fp32_eager_and_compiled():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 8)).eval()
+    x = (torch.randn(32, 64),)
+    q = Q.quantize(model, QuantConfig(method="static", calibration_batches=1), [(x[0], None)])
+    lat, compile_s = Q.compiled_latency(model, q, x, [1, 32], repeats=3)
+    assert set(lat) == {"batch_1", "batch_32"} and set(compile_s["int8"]) == {1, 32}
+    for s in lat.values():
+        assert set(s["samples_ms"]) == {"fp32_eager", "fp32_compiled", "int8"} and s["vs_fp32_compiled"]["ratio"] > 0
+    with torch.no_grad():
+        assert Q.relative_error(model(*x), q(*x)) < TOL["static"]  # the compiled kernels compute the same
+        y = q(torch.randn(45, 64))  # another batch size: padded chunks through the bucket's graph, no compile
+    assert y.shape == (45, 8) and set(q.compile_s) == {1, 32}
+
+
+@pytest.mark.slow
+def test_run_default_flow_stores_a_compiled_int8_model():
+    from lab.train import run
+
+    cfg = RunConfig(workload="vision", size="tiny", device="cpu", threads=1, max_steps=6, latency_repeats=0,
+                    quant=QuantConfig(method="static", calibration_batches=2))
+    res = run(cfg)
+    q = res.details["quant"]
+    assert res.status == "ok" and q["flow"] == "pt2e" and "X86InductorQuantizer" in q["api"]
+    assert q["inductor"]["freezing"] and q["swap"]["graph"]["int8_conv"] == 9 and q["swap"]["kept_float"] == []
+    assert q["output_rel_error"] < TOL["static"]  # outputs of the compiled model against the trained float one
+    assert abs(q["accuracy"]["accuracy"]["loss_pts"]) <= 2.0  # 500 test images: 10 images either way
+    assert 3.0 < q["quantized_layers_size_ratio"] <= 4.0
