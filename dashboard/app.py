@@ -19,15 +19,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import _lifecycle  # next to this file (Streamlit puts the script's folder on sys.path): the Run lifecycle
+import _pages  # dashboard/page_*.py, one tab each
 import streamlit as st
 
 from lab import ResultStore, RunConfig, list_workloads, run
 from lab.ablation import (
     interaction_effects,
-    load_ablation,
+    jobs,
     load_stored,
     pareto_front,
-    run_ablation,
     stored_ablations,
     summarize,
     verdict,
@@ -55,6 +56,9 @@ SPEEDS = {"train_speedup": "training (end-to-end)", "step_speedup": "training st
 
 st.set_page_config(page_title="Training-efficiency lab", layout="wide")
 st.title("Training-efficiency lab")
+with ResultStore() as _store:
+    job = _lifecycle.attached_job(_store)
+running = bool(job and job["live"])
 st.caption("Which combination of techniques buys the most speed for the least accuracy, on *this* machine?")
 
 with st.sidebar:
@@ -95,10 +99,15 @@ with st.sidebar:
     st.subheader("Reading")
     speed = st.selectbox("Speed axis", list(SPEEDS), format_func=SPEEDS.get, key="speed")
     budget_pt = st.slider("Accuracy budget (points)", 0.0, 5.0, 1.0, 0.25, key="budget")
-    go_button = st.button("Run ablation", type="primary", key="run")
+    go_button = st.button("Run ablation", type="primary", key="run", disabled=running,
+                          help="disabled while an ablation runs: cancel it, or wait" if running else None)
+    if running and st.button("Cancel", key="cancel", help="stops before the next training step; finished runs stay"):
+        with ResultStore() as _store:
+            jobs.request_cancel(_store, job["key"])
 
-tab_run, tab_stored, tab_scaling, tab_data, tab_report = st.tabs(
-    ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report"])
+PAGES = _pages.discover()
+tab_run, tab_stored, tab_scaling, tab_data, tab_report, *page_tabs = st.tabs(
+    ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report", *(p.title for p in PAGES)])
 
 
 def _problem() -> str | None:
@@ -142,7 +151,7 @@ def _show(df, runs_by_arm: dict | None) -> None:
 
 
 with tab_run:
-    if go_button:
+    if go_button and not running:
         problem = _problem()
         if problem:
             st.error(problem)
@@ -158,30 +167,31 @@ with tab_run:
             except ValueError as exc:
                 st.error(f"Cannot build this ablation: {exc}")
                 st.stop()
-            seeds = list(range(int(n_seeds)))
-            bar = st.progress(0.0, text="starting")
-            log = st.empty()
-            lines: list[str] = []
-
-            def progress(event: dict) -> None:
-                if event["phase"] == "ablation":
-                    bar.progress(event["done"] / event["total"], text=f"run {event['done']}/{event['total']}")
-                    lines.append(f"{event['arm']} repeat {event['repeat']} seed {event['seed']}: {event['status']}"
-                                 + (" (stored, skipped)" if event["skipped"] else ""))
-                    log.code("\n".join(lines[-8:]))
-
             with ResultStore() as store:
-                df = run_ablation(ablation, repeats=int(repeats), seeds=seeds, store=store, progress=progress)
-                runs_by_arm = load_ablation(ablation, store, int(repeats), seeds)
-            bar.empty()
-            st.session_state["ablation"] = (df, runs_by_arm)
-    shown = st.session_state.get("ablation")
-    if shown is None:
+                _lifecycle.start_or_join(store, ablation, int(repeats), list(range(int(n_seeds))))
+            st.rerun()  # redraw with Run disabled and the progress of the job just started (or joined)
+    if st.session_state.get("job_note"):
+        st.info(st.session_state["job_note"])
+    if job is None:
         st.info("Pick a workload and a recipe, then press **Run ablation**. The default (stacked, tiny, "
                 "3 repeats, 27 runs) takes about a minute on 2 CPU cores; add a second seed for the accuracy "
                 "noise band.")
+    elif running:
+        st.caption(f"Ablation `{job['key']}` runs in a background worker (pid {job['pid']}): reloading this page "
+                   "re-attaches to it; finished runs are stored as they end.")
+        _lifecycle.live_progress(job["key"])
     else:
-        _show(*shown)
+        if job["status"] == "cancelled":
+            st.warning(f"Cancelled after {job['state'].get('done', 0)} of {job['state'].get('total', '?')} runs: "
+                       "showing the finished ones (Run resumes from them).")
+        elif job["status"] == "error" or (job["status"] in jobs.LIVE and not job["live"]):
+            st.error(f"The ablation stopped: {job['state'].get('error') or 'its worker died without a word'}")
+        with ResultStore() as store:
+            shown = _lifecycle.results(store, job)
+        if shown is None:
+            st.caption("No baseline run finished yet: nothing to compare.")
+        else:
+            _show(*shown)
 
 with tab_stored:
     with ResultStore() as store:
@@ -297,3 +307,13 @@ with tab_report:
                     anchor = ANCHORS.get(fam)
                     st.markdown(f"**{fam}**: {anchor.claim} ({anchor.source})" if anchor
                                 else f"**{fam}**: no anchor")
+
+for page, tab in zip(PAGES, page_tabs, strict=True):
+    with tab:
+        if page.render is None:
+            st.error(page.error)
+        else:
+            try:
+                page.render()
+            except Exception as exc:  # one page's bug must not blank the others
+                st.error(f"{page.path.name}: {type(exc).__name__}: {exc}")

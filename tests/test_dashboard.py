@@ -1,8 +1,11 @@
 """The Streamlit app driven headless through Streamlit's AppTest: choose, run a tiny ablation, see the
-verdict, table and charts; bad input is a message; stored ablations can be browsed again."""
+verdict, table and charts; bad input is a message; stored ablations can be browsed again; the run
+lifecycle (a background worker whose state lives in the store) survives reloads, double clicks and Cancel;
+pages in ``page_*.py`` files get their own tabs."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -37,9 +40,32 @@ def _tiny_custom(at: AppTest, techniques: list[str]) -> AppTest:
     return at
 
 
+def _until_done(at: AppTest, timeout_s: float = 240.0) -> AppTest:
+    """Rerun (as the page's 1 s refresh does) until the background ablation has ended."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        at.run()
+        if not at.button(key="run").disabled:
+            return at
+        assert time.monotonic() < deadline, "the ablation did not finish"
+        time.sleep(0.5)
+
+
+def _progress(at: AppTest) -> str:
+    return " ".join(m.value for m in at.markdown if m.value.startswith("run "))
+
+
 def test_run_tiny_ablation_shows_verdict_table_and_stores_runs(private_store):
     at = _tiny_custom(AppTest.from_file(APP, default_timeout=120).run(), ["prune50"])
+    other = _tiny_custom(AppTest.from_file(APP, default_timeout=120).run(), ["prune50"])
     at.button(key="run").click().run()
+    assert at.button(key="run").disabled  # while it runs
+    other.button(key="run").click().run()  # drawn enabled before the first click: a double click's race
+    assert any("Re-attached" in i.value or "Joined the run in progress" in i.value for i in other.info)
+    assert other.button(key="run").disabled  # the store's lock decided: no second worker
+    _until_done(at)
+    _until_done(other)
+    assert list(other.dataframe[0].value["arm"]) == ["baseline", "prune50", "aa"]
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert at.warning and "n = 1: no interval, no verdict" in at.warning[0].value  # 1 repeat: a preview
@@ -52,10 +78,55 @@ def test_run_tiny_ablation_shows_verdict_table_and_stores_runs(private_store):
         assert store.count(status="ok") == 3
     # pressing Run again resumes: nothing new is trained, the stored runs are reused
     at.button(key="run").click().run()
+    _until_done(at)
     with ResultStore(private_store) as store:
         assert store.count() == 3
     assert "stored_ablation" in [s.key for s in at.selectbox]
     assert set(at.dataframe[1].value["arm"]) == {"baseline", "prune50", "aa"}  # the stored ablation, re-read
+
+
+def test_reload_reattaches_run_is_disabled_and_cancel_stops(private_store):
+    from lab.ablation import jobs
+
+    at = _tiny_custom(AppTest.from_file(APP, default_timeout=120).run(), ["prune50"])
+    at.number_input(key="repeats").set_value(3)  # 9 runs: long enough to cancel in the middle
+    at.button(key="run").click().run()
+    deadline = time.monotonic() + 120
+    while "step " not in _progress(at):  # per-step progress: arm, step, elapsed, time left
+        assert time.monotonic() < deadline, "no step progress shown"
+        time.sleep(0.5)
+        at.run()
+    assert at.button(key="run").disabled and "arm **" in _progress(at) and "left" in _progress(at)
+    # a reload is a new session with nothing in it: it finds the live job in the store
+    again = AppTest.from_file(APP, default_timeout=120).run()
+    assert not again.exception
+    assert any("Re-attached" in i.value for i in again.info)
+    assert again.button(key="run").disabled and _progress(again).startswith("run ")
+    again.button(key="cancel").click().run()
+    _until_done(again)
+    assert any("Cancelled after" in w.value for w in again.warning)
+    with ResultStore(private_store) as store:
+        (key,) = {j["key"] for j in jobs._select(store, "", ())}
+        job = jobs.job(store, key)
+        assert job["status"] == "cancelled" and not job["live"]
+        stored = store.count()
+        assert stored == job["state"]["done"] < 9  # stopped early; the run in flight was not stored
+    at.run()  # the first session sees the same end
+    assert not at.button(key="run").disabled and any("Cancelled after" in w.value for w in at.warning)
+
+
+def test_discovered_pages_get_tabs_and_a_broken_one_shows_its_error(tmp_path, monkeypatch):
+    (tmp_path / "page_zz_hello.py").write_text(
+        "import streamlit as st\nTITLE = 'Hello page'\ndef render() -> None:\n    st.markdown('hello from a page')\n")
+    (tmp_path / "page_zz_oops.py").write_text("import no_such_module_here\nTITLE = 'Oops'\n")
+    monkeypatch.setenv("LAB_DASHBOARD_PAGES", str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    labels = [t.label for t in at.tabs]
+    assert labels[:5] == ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report"]
+    assert labels[-2:] == ["Hello page", "zz oops"]
+    assert any(m.value == "hello from a page" for m in at.tabs[-2].markdown)
+    assert "failed to import" in at.tabs[-1].error[0].value and "no_such_module_here" in at.tabs[-1].error[0].value
 
 
 @pytest.mark.parametrize("bad, message", [("repeats", "Repeats must be at least 1"),
