@@ -21,22 +21,21 @@ from pathlib import Path
 
 import _lifecycle  # next to this file (Streamlit puts the script's folder on sys.path): the Run lifecycle
 import _pages  # dashboard/page_*.py, one tab each
+import _views  # the ablation table, figures and details
 import streamlit as st
 
 from lab import ResultStore, RunConfig, list_workloads, run
 from lab.ablation import (
-    interaction_effects,
     jobs,
     load_stored,
     pareto_front,
     stored_ablations,
     summarize,
-    verdict,
 )
 from lab.bench import ANCHORS
 from lab.config import SIZES, DataConfig
-from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project
-from lab.plots import phase_breakdown, speedup_bars, speedup_vs_accuracy, technique_figures
+from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project_band, trust
+from lab.plots import speedup_vs_accuracy
 from lab.plots.data import phase_bars, wait_timeline
 from lab.plots.distributed import scaling_curves
 from lab.plots.report import (
@@ -119,37 +118,6 @@ def _problem() -> str | None:
     return None
 
 
-def _show(df, runs_by_arm: dict | None) -> None:
-    """The results of one ablation: the verdict, the plots, the table, the interactions, CSV."""
-    said = verdict(df, budget_pt, speed=speed)
-    (st.success if said["winner"] else st.warning)(f"Verdict ({SPEEDS[speed]}): {said['text']}")
-    st.caption("An arm competes only on the axes its techniques can change (post-training int8 and pruning: "
-               "inference and size; precision, loaders, compile: training); the A/A arm (aa) reruns the baseline "
-               "and shows the noise floor.")
-    left, right = st.columns(2)
-    left.plotly_chart(speedup_vs_accuracy(df, speed=speed, front=pareto_front(df, speed), budget_pt=budget_pt),
-                      key="pareto_chart")
-    right.plotly_chart(speedup_bars(df), key="speedup_chart")
-    for _, row in df[df["status"] != "ok"].iterrows():
-        st.error(f"Arm {row['arm']}: {row['error']}")
-    st.dataframe(df, key="ablation_table")
-    effects = interaction_effects(df, speed=speed)
-    if not effects.empty:
-        st.subheader("Do they compound or cancel? (factorial effects with 95 % intervals)")
-        st.dataframe(effects, key="interactions")
-    if runs_by_arm:
-        firsts = {arm: next((r for r in rs if r.status == "ok"), None) for arm, rs in runs_by_arm.items()}
-        firsts = {a: r for a, r in firsts.items() if r is not None}
-        if firsts:
-            st.plotly_chart(phase_breakdown(list(firsts.values()), labels=list(firsts)), key="phases_chart")
-            with st.expander("Technique details"):
-                arm = st.selectbox("Arm", list(firsts), key="detail_arm")
-                for name, fig in technique_figures(firsts[arm]).items():
-                    st.plotly_chart(fig, key=f"detail_{name}")
-    st.download_button("Download CSV", df.to_csv(index=False), file_name="ablation.csv", mime="text/csv",
-                       key="download")
-
-
 with tab_run:
     if go_button and not running:
         problem = _problem()
@@ -191,7 +159,7 @@ with tab_run:
         if shown is None:
             st.caption("No baseline run finished yet: nothing to compare.")
         else:
-            _show(*shown)
+            _views.show_ablation(*shown, speed=speed, speed_name=SPEEDS[speed], budget_pt=budget_pt)
 
 with tab_stored:
     with ResultStore() as store:
@@ -210,11 +178,26 @@ with tab_stored:
                 df_stored = summarize(stored)
                 st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed)),
                                 key="stored_chart")
-                st.dataframe(df_stored, key="stored_table")
+                _views.show_table(df_stored, "stored_table")
             else:
                 st.caption("This ablation has no baseline run on the chosen hardware.")
         view = runs if hw == "all" else runs[runs["hardware_id"] == hw]
-        st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs")
+        st.caption("Every stored run, newest first (raw columns, as `python -m lab runs` shows them).")
+        st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs", hide_index=True)
+
+def _bench_root() -> Path:
+    return Path(os.environ.get("LAB_BENCH_RESULTS") or Path(__file__).resolve().parents[1] / "benchmarks" / "results")
+
+
+def _measured_model_error() -> float | None:
+    """The scaling model's worst held-out error (%) from the newest distributed benchmark report, if any."""
+    reports, _ = load_reports(_bench_root())
+    for rep in reports.values():
+        for row in rep.get("rows", []):
+            if "model error on unseen" in str(row.get("name")) and isinstance(row.get("value"), (int, float)):
+                return abs(float(row["value"]))
+    return None
+
 
 with tab_scaling:
     st.markdown("How far does data parallelism scale? The α-β ring all-reduce model (`lab.distributed.scaling`) "
@@ -226,16 +209,26 @@ with tab_scaling:
     overlap = sc3.slider("Backward that hides comm", 0.0, 1.0, 0.5, 0.05, key="sc_overlap")
     links = st.multiselect("Links", list(LINK_PRESETS), default=["10GbE", "100GbE", "NVLink"], key="sc_links")
     max_p = st.select_slider("Up to workers", options=[8, 64, 256, 1024], value=256, key="sc_maxp")
+    measured_error = _measured_model_error()
+    model_error = st.number_input("Model's held-out error (%)", 0.0, 500.0, float(measured_error or 20.0), 1.0,
+                                  key="sc_error", help="worst relative error of the fitted alpha-beta model on "
+                                  "all-reduce sizes it was not fitted on; beyond +-20 % the projection is unvalidated")
     if not links:
         st.warning("Pick at least one link.")
     else:
         ps = powers_of_two(int(max_p))
-        rows = {name: project(compute_ms / 1e3, grad_mb * 1e6, ps, LINK_PRESETS[name], overlap=overlap)
-                for name in links}
-        st.plotly_chart(scaling_curves(rows), key="sc_chart")
-        st.dataframe([{"link": n, "p": r["p"], "speedup": round(r["speedup"], 2),
-                       "efficiency": f"{r['efficiency']:.0%}", "comm_ms": round(r["comm_ms"], 2)}
-                      for n, rs in rows.items() for r in rs if r["p"] in (2, 4, 8, max_p)], key="sc_table")
+        rows = {name: project_band(compute_ms / 1e3, grad_mb * 1e6, ps, LINK_PRESETS[name], model_error / 100,
+                                   overlap=overlap) for name in links}
+        label = trust(model_error / 100)
+        (st.warning if label.startswith("unvalidated") else st.caption)(
+            f"Projection {label}{' (measured by benchmarks/distributed.py)' if measured_error else ''}: the "
+            "shaded band is the speedup if communication were that much faster or slower than modelled.")
+        st.plotly_chart(scaling_curves(rows, rel_error=model_error / 100), key="sc_chart")
+        st.dataframe([{"link": n, "workers": r["p"], "speedup (x)": f"{r['speedup']:.3g}",
+                       "band (x)": f"{r['speedup_lo']:.3g} to {r['speedup_hi']:.3g}",
+                       "efficiency": f"{r['efficiency']:.0%}", "all-reduce (ms)": f"{r['comm_ms']:.3g}"}
+                      for n, rs in rows.items() for r in rs if r["p"] in (2, 4, 8, max_p)], key="sc_table",
+                     hide_index=True)
 
 with tab_data:
     st.markdown("Is training waiting for data? One short run of the chosen workload per loader, on emulated "
@@ -276,8 +269,7 @@ with tab_data:
 
 with tab_report:
     # read on every rerun (cheap: a few JSON files), so a report written while the app runs shows up
-    bench_root = Path(os.environ.get("LAB_BENCH_RESULTS")
-                      or Path(__file__).resolve().parents[1] / "benchmarks" / "results")
+    bench_root = _bench_root()
     reports, problems = load_reports(bench_root)
     for problem in problems:
         st.warning(problem)
@@ -301,7 +293,10 @@ with tab_report:
             st.warning("Pick at least one hardware and one family.")
         else:
             st.plotly_chart(report_figure(view), key="report_chart")
-            st.dataframe(report_table(view), key="report_table")
+            table = report_table(view)
+            st.dataframe(table, key="report_table", hide_index=True, width="stretch",
+                         height=_views.table_height(len(table)),
+                         column_config={"measured": st.column_config.NumberColumn(format="%.3g")})
             with st.expander("Anchors: the published figures each family is compared with"):
                 for fam in ordered_families(view["family"]):
                     anchor = ANCHORS.get(fam)

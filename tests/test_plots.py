@@ -53,10 +53,13 @@ def test_speedup_vs_accuracy_has_whiskers_front_and_noise_band():
     from lab.plots import speedup_vs_accuracy
 
     fig = speedup_vs_accuracy(_ablation_table(), front=["fast", "baseline"], budget_pt=1.0)
-    front, arms = fig.data
+    front, within, outside = fig.data
     assert front.name == "Pareto front" and list(front.x) == [1.0, 2.0]
-    assert list(arms.text) == ["baseline", "fast"]  # the error row is not plotted
-    assert list(arms.error_x.array) == [0.0, 0.5] and list(arms.error_x.arrayminus) == [0.0, 0.5]
+    # one trace per noise class: the legend is the colour key (not the title); the error row is not plotted
+    assert (within.name, list(within.text)) == ("within seed noise", ["baseline"])
+    assert (outside.name, list(outside.text)) == ("outside seed noise", ["fast"])
+    assert list(outside.error_x.array) == [0.5] and list(outside.error_x.arrayminus) == [0.5]
+    assert len(fig.layout.title.text) <= 40 and fig.layout.title.subtitle.text
     rect = [s for s in fig.layout.shapes if s.type == "rect"][0]
     assert (rect.y0, rect.y1) == (-0.2, 0.2)  # the baseline's seed spread
 
@@ -65,8 +68,57 @@ def test_speedup_bars_one_trace_per_speed_with_ci():
     from lab.plots import speedup_bars
 
     fig = speedup_bars(_ablation_table())
-    assert len(fig.data) == 2 and list(fig.data[1].y) == [1.0, 2.0]
-    assert list(fig.data[0].error_y.array) == [0.0, 0.5]
+    assert len(fig.data) == 2 and list(fig.data[1].x) == [1.0, 2.0]  # horizontal: arm names on the y axis
+    assert list(fig.data[1].y) == ["baseline", "fast"] and fig.data[1].orientation == "h"
+    assert list(fig.data[0].error_x.array) == [0.0, 0.5]
+    assert "x" in fig.layout.xaxis.title.text and fig.layout.xaxis.title.text != "x"  # a unit, not a bare "x"
+
+
+def test_wide_whiskers_are_clipped_and_the_clipping_is_drawn():
+    from lab.plots import speedup_bars, speedup_vs_accuracy
+
+    df = _ablation_table()
+    df.loc[1, ["train_speedup_lo", "train_speedup_hi"]] = [0.09, 8.7]  # one noisy run's interval
+    fig = speedup_bars(df)
+    lo, hi = fig.layout.xaxis.range
+    assert hi < 8.7 and hi >= 2.0  # the axis keeps to the estimates, not the one wild whisker
+    train = fig.data[0]
+    assert 2.0 + train.error_x.array[1] <= hi  # the whisker ends at the edge
+    marker = next(t for t in fig.data if t.name.startswith("CI clipped"))
+    assert list(marker.y) == ["fast"] and "8.7" in marker.hovertext[0]
+    scatter = speedup_vs_accuracy(df, front=None)
+    names = [t.name for t in scatter.data]
+    assert "diamond: CI clipped (hover)" in names
+    fast = next(t for t in scatter.data if t.name == "outside seed noise")
+    assert list(fast.marker.symbol) == ["diamond"] and "clipped" in fast.customdata[0][0]
+
+
+def test_many_arms_are_hover_text_not_printed_labels():
+    import pandas as pd
+
+    from lab.plots import speedup_vs_accuracy
+
+    df = _ablation_table()
+    many = pd.concat([df.iloc[[0]]] + [df.iloc[[1]].assign(arm=f"arm{i}") for i in range(8)], ignore_index=True)
+    fig = speedup_vs_accuracy(many)
+    assert all(t.mode == "markers" for t in fig.data if t.type == "scatter" and t.text is not None)
+    assert "%{text}" in fig.data[-1].hovertemplate
+
+
+def test_the_humanised_table_reads_as_sentences():
+    from lab.plots import ablation_table
+    from lab.plots.tables import why_lines
+
+    df = _ablation_table()
+    df["axes"] = ["train_step,train,inference,size", "inference,size", ""]
+    df["n_ok"], df["n_runs"] = [3, 1, 0], [3, 1, 1]
+    df.loc[1, ["infer_speedup_lo", "infer_speedup_hi"]] = [float("nan"), float("nan")]
+    df.loc[1, "why"] = "int8 slower at batch_1; stayed float: wide"
+    t = ablation_table(df).set_index("Arm")
+    assert t.loc["fast", "Training speedup (x, 95 % CI)"] == "does not apply"  # not an axis it can change
+    assert t.loc["fast", "Inference speedup (x, 95 % CI)"] == "2x (n = 1: no interval)"
+    assert t.loc["baseline", "Runs ok"] == "3/3" and "train_speedup_lo" not in t.columns
+    assert why_lines(df) == ["**fast**: int8 slower at batch_1; stayed float: wide"]
 
 
 def test_technique_figures_show_only_what_applies():
