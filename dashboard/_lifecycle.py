@@ -41,6 +41,12 @@ def attached_job(store: ResultStore) -> dict[str, Any] | None:
         st.session_state["job_key"] = live[0]["key"]
         st.session_state["job_note"] = "Re-attached to the ablation that is running (started before this page loaded)."
         return live[0]
+    last = jobs.latest_job(store)
+    if last is not None and last["spec"] is not None:  # a reload after the end shows the last results again
+        st.session_state["job_key"] = last["key"]
+        st.session_state["job_note"] = (f"Showing the last ablation run from this dashboard (`{last['key']}`, "
+                                        f"{last['status']}); press Run for a new one.")
+        return last
     return None
 
 

@@ -24,7 +24,7 @@ def _chart_ids(at: AppTest) -> str:
     return " ".join(el.proto.id for el in at.get("plotly_chart"))
 
 
-def test_app_starts_with_instructions():
+def test_app_starts_with_instructions(private_store):
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception
     assert any("Run ablation" in info.value for info in at.info)

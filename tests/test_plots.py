@@ -113,12 +113,13 @@ def test_the_humanised_table_reads_as_sentences():
     df["axes"] = ["train_step,train,inference,size", "inference,size", ""]
     df["n_ok"], df["n_runs"] = [3, 1, 0], [3, 1, 1]
     df.loc[1, ["infer_speedup_lo", "infer_speedup_hi"]] = [float("nan"), float("nan")]
-    df.loc[1, "why"] = "int8 slower at batch_1; stayed float: wide"
+    df.loc[1, "why"] = "int8 slower at batch_1 (0.56x); stayed float: wide; int8 slower at batch_1 (0.61x)"
     t = ablation_table(df).set_index("Arm")
     assert t.loc["fast", "Training speedup (x, 95 % CI)"] == "does not apply"  # not an axis it can change
     assert t.loc["fast", "Inference speedup (x, 95 % CI)"] == "2x (n = 1: no interval)"
     assert t.loc["baseline", "Runs ok"] == "3/3" and "train_speedup_lo" not in t.columns
-    assert why_lines(df) == ["**fast**: int8 slower at batch_1; stayed float: wide"]
+    assert why_lines(df) == ["**fast**: int8 slower at batch_1 (0.56x) (in 2 runs; numbers from the first); "
+                             "stayed float: wide"]  # said once, not once per run
 
 
 def test_technique_figures_show_only_what_applies():

@@ -96,6 +96,12 @@ def live_jobs(store: ResultStore) -> list[dict[str, Any]]:
     return [j for j in _select(store, "ORDER BY started DESC", ()) if j["live"]]
 
 
+def latest_job(store: ResultStore) -> dict[str, Any] | None:
+    """The most recently started job, whatever its status (what a page shows after a reload)."""
+    rows = _select(store, "ORDER BY started DESC LIMIT 1", ())
+    return rows[0] if rows else None
+
+
 def claim(store: ResultStore, key: str, spec: dict[str, Any] | None = None) -> str:
     """Take ``key``'s lock for this process and return its token; :class:`AlreadyRunning` when a live job
     holds it. Check and write are one ``BEGIN IMMEDIATE`` transaction, so two claims never both win."""
@@ -215,4 +221,4 @@ def holding(store: ResultStore, key: str, token: str | None = None,
 
 
 __all__ = ["AlreadyRunning", "Cancelled", "Heartbeat", "LIVE", "STALE_S", "adopt", "beat", "claim", "finish",
-           "holding", "is_live", "job", "live_jobs", "request_cancel"]
+           "holding", "is_live", "job", "latest_job", "live_jobs", "request_cancel"]

@@ -8,6 +8,7 @@ the CSV download.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -89,12 +90,21 @@ def ablation_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def why_lines(df: pd.DataFrame) -> list[str]:
-    """One sentence per arm with "why" tags: what the measurement says about its speed or accuracy."""
+    """One sentence per arm with "why" tags: what the measurement says about its speed or accuracy. The
+    same tag from several runs (differing only in its measured numbers) is said once, with its count."""
     out = []
     for _, r in df.iterrows():
         why = str(r.get("why") or "").strip()
-        if why and why != "nan":
-            out.append(f"**{r['arm']}**: " + "; ".join(dict.fromkeys(w.strip() for w in why.split(";") if w.strip())))
+        if not why or why == "nan":
+            continue
+        said: dict[str, tuple[str, int]] = {}
+        for tag in (w.strip() for w in why.split(";")):
+            if tag:
+                key = re.sub(r"\([^)]*\)", "", tag).strip()
+                first, n = said.get(key, (tag, 0))
+                said[key] = (first, n + 1)
+        out.append(f"**{r['arm']}**: " + "; ".join(t + (f" (in {n} runs; numbers from the first)" if n > 1 else "")
+                                                     for t, n in said.values()))
     return out
 
 
