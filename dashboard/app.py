@@ -1,17 +1,21 @@
-"""Streamlit dashboard: ``make dashboard`` (binds 127.0.0.1, port from PORT=, default 8501).
+"""Streamlit dashboard: ``make dashboard`` (binds 127.0.0.1, port from PORT=, default 8501; a bare
+``streamlit run dashboard/app.py`` too, through ``.streamlit/config.toml``).
 
-Pick a workload and a recipe (or your own technique stack), press Run: the arms run interleaved with
-repeats, each finished run lands in the SQLite store (``results/lab.sqlite``; pressing Run again resumes
-and reuses finished runs), and the page shows which combination buys the most speed for the least
-accuracy, with 95 % CIs. The app stays thin: choices come from the registries in ``lab.recipes``, numbers
-from ``lab.ablation``, figures from ``lab.plots``. Default: recipe ``stacked`` on ``ctr`` at size ``tiny``,
-3 repeats (the smallest design with an interval): 9 arms (with the A/A arm) x 3 = 27 runs, about a minute on
-2 CPU cores; 1 repeat is a labelled preview that crowns nothing; ``small`` with 3 repeats and 2 seeds is
-the meaningful one (tens of minutes on 2 cores). Two more pages: the scaling
-model (``lab.distributed.scaling`` projected over link presets) and a data-loading explorer (one short run per
-loader on emulated storage: phase bars and the data-wait timeline). A "Performance report" page shows the
-benchmark reports under ``benchmarks/results/<hardware-id>/`` (or ``LAB_BENCH_RESULTS``), each figure labelled
-with the hardware it was measured on.
+Pick a workload and a recipe (or your own technique stack), press Run: the ablation runs in a background
+worker process (:mod:`lab.ablation.worker`) under a per-key lock in the SQLite store (``results/lab.sqlite``),
+so a reload re-attaches to it, a double click or a second tab joins it instead of starting it twice, Run is
+disabled while it runs and Cancel stops it before the next step. Each finished run is stored as it ends
+(pressing Run again resumes and reuses them), and the page shows which combination buys the most speed for
+the least accuracy, with 95 % CIs. The app stays thin: choices come from ``lab.recipes``, numbers from
+``lab.ablation``, figures and readable tables from ``lab.plots``.
+
+Default: recipe ``stacked`` on ``ctr`` at size ``tiny``, 3 repeats (the smallest design with an interval):
+9 arms (with the A/A arm) x 3 = 27 runs, about three minutes on 2 shared CPU cores (165-217 s measured by
+tests/test_browser.py on a busy machine); 1 repeat is a labelled preview that crowns nothing; ``small`` with
+3 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores). Built-in tabs: the ablation, stored
+runs, the scaling model (``lab.distributed.scaling`` projected over link presets, with its validation band),
+a data-loading explorer and the performance report (``benchmarks/results/<hardware-id>/`` or
+``LAB_BENCH_RESULTS``). Then one tab per ``dashboard/page_*.py`` (``TITLE`` + ``render()``, see ``_pages``).
 """
 
 from __future__ import annotations
@@ -142,8 +146,8 @@ with tab_run:
         st.info(st.session_state["job_note"])
     if job is None:
         st.info("Pick a workload and a recipe, then press **Run ablation**. The default (stacked, tiny, "
-                "3 repeats, 27 runs) takes about a minute on 2 CPU cores; add a second seed for the accuracy "
-                "noise band.")
+                "3 repeats, 27 runs) takes about three minutes on 2 shared CPU cores; add a second seed for the "
+                "accuracy noise band.")
     elif running:
         st.caption(f"Ablation `{job['key']}` runs in a background worker (pid {job['pid']}): reloading this page "
                    "re-attaches to it; finished runs are stored as they end.")

@@ -149,7 +149,7 @@ def ratio_kind(row: dict[str, Any]) -> str:
         return "MACs"
     if "size" in name or "bytes" in name:
         return "size"
-    if "memory" in name or "mem " in name or name.endswith(" mem") or "peak" in name:
+    if "peak" in name or ("memory" in name.replace("in-memory", "")):  # "in-memory" names a loader
         return "memory"
     return "speed"
 
