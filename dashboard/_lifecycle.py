@@ -16,6 +16,7 @@ import streamlit as st
 from lab import ResultStore
 from lab.ablation import jobs, load_ablation, summarize
 from lab.ablation.runner import Ablation, from_spec, to_spec
+from lab.ablation.worker import log_path
 from lab.ablation.worker import start as start_worker
 
 #: Seconds between progress refreshes while a job runs.
@@ -96,6 +97,15 @@ def live_progress(key: str) -> None:
     frac, line = progress_line(found)
     st.progress(frac, text="running" + (" (cancel requested: stops before the next step)" if found["cancel"] else ""))
     st.markdown(line)
+
+
+def worker_log_tail(job: dict[str, Any], lines: int = 15) -> str:
+    """The end of the job's worker log (empty when there is none): why a worker died without a word."""
+    try:
+        text = log_path(job["token"]).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def results(store: ResultStore, job: dict[str, Any]) -> tuple[Any, dict] | None:

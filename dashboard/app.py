@@ -158,6 +158,8 @@ with tab_run:
                        "showing the finished ones (Run resumes from them).")
         elif job["status"] == "error" or (job["status"] in jobs.LIVE and not job["live"]):
             st.error(f"The ablation stopped: {job['state'].get('error') or 'its worker died without a word'}")
+            if _lifecycle.worker_log_tail(job):
+                st.code(_lifecycle.worker_log_tail(job), language=None)
         with ResultStore() as store:
             shown = _lifecycle.results(store, job)
         if shown is None:

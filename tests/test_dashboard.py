@@ -275,3 +275,26 @@ def test_a_workload_spec_typed_in_the_sidebar_joins_the_list(tmp_path):
     assert not at.exception and "dash_mine" in at.selectbox(key="workload").options
     at.text_input(key="wl_spec").set_value(f"{tmp_path}/nope.py:make").run()
     assert not at.exception and any("cannot be loaded" in e.value for e in at.error)
+
+
+def test_a_worker_that_died_is_reported_and_its_lock_expired(private_store):
+    import time as _time
+
+    from lab import RunConfig
+    from lab.ablation import jobs, to_spec
+    from lab.ablation.worker import log_path
+    from lab.recipes import from_techniques
+
+    ab = from_techniques("custom", RunConfig(workload="sequence", size="tiny"), [["prune50"]])
+    with ResultStore(private_store) as store:
+        token = jobs.claim(store, ab.key, spec=to_spec(ab, 1, [0]))
+        with store.transaction() as conn:  # its last heartbeat long ago: the worker is gone
+            conn.execute("UPDATE jobs SET heartbeat = ?", (_time.time() - 10 * jobs.STALE_S,))
+    log_path(token).write_text("Traceback (most recent call last):\nMemoryError: the worker ran out of memory\n")
+    try:
+        at = AppTest.from_file(APP, default_timeout=60).run()
+    finally:
+        log_path(token).unlink()
+    assert not at.exception and not at.button(key="run").disabled  # the lock expired: Run works again
+    assert any("worker died without a word" in e.value for e in at.error)
+    assert any("ran out of memory" in c.value for c in at.code)  # the end of its log says why

@@ -23,10 +23,15 @@ from lab.ablation.runner import from_spec, run_ablation
 from lab.store import ResultStore
 
 
+def log_path(token: str) -> Path:
+    """Where the worker of the job with ``token`` writes its stderr (what a page shows when it died)."""
+    return Path(tempfile.gettempdir()) / f"lab-ablation-{token[:12]}.log"
+
+
 def start(store_path: str | os.PathLike[str], key: str, token: str) -> subprocess.Popen:
     """Launch the worker for a claimed job (the caller holds ``token``) in its own session, so it
-    outlives a script rerun; its stderr goes to a log file whose path the job state names."""
-    log = Path(tempfile.gettempdir()) / f"lab-ablation-{token[:12]}.log"
+    outlives a script rerun; its stderr goes to :func:`log_path`."""
+    log = log_path(token)
     root = str(Path(__file__).resolve().parents[2])  # the checkout (or site-packages) that holds ``lab``
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     with open(log, "wb") as err:
