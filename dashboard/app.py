@@ -30,6 +30,7 @@ import streamlit as st
 
 from lab import ResultStore, RunConfig, list_workloads, run
 from lab.ablation import (
+    from_spec,
     jobs,
     load_stored,
     pareto_front,
@@ -180,8 +181,14 @@ with tab_stored:
             name = st.selectbox("Stored ablation", names, key="stored_ablation")
             with ResultStore() as store:
                 stored = load_stored(store, name, hardware_id=None if hw == "all" else hw)
+                spec = (jobs.job(store, name) or {}).get("spec")  # what each arm can change, if it was kept
             if stored.get("baseline"):
-                df_stored = summarize(stored)
+                if spec:
+                    stored_ab = from_spec(spec)[0]
+                    df_stored = summarize(stored, techniques=stored_ab.techniques, axes=stored_ab.axes)
+                else:
+                    df_stored = summarize(stored)
+                    st.caption("Stored before ablations kept their spec: every arm is read on every axis.")
                 st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed)),
                                 key="stored_chart")
                 _views.show_table(df_stored, "stored_table")
