@@ -114,7 +114,7 @@ def _check(page, name: str, shots: Path) -> dict:
 
 
 @pytest.mark.browser
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the default ablation: 165-257 s measured on a busy 2-core machine
 def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path, private_store):
     """At 1280x800: run the default ablation (the sidebar as it opens), then visit every tab, the
     discovered pages included, and fail on a Streamlit exception, a sideways-overflowing element or a
@@ -145,7 +145,7 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
                 page.get_by_role("button", name="Run ablation").click()
                 page.get_by_text("elapsed", exact=False).first.wait_for(timeout=60_000)  # live progress
                 assert page.get_by_role("button", name="Run ablation").is_disabled()
-                page.get_by_text("Verdict (").first.wait_for(timeout=240_000)
+                page.get_by_text("Verdict (").first.wait_for(timeout=480_000)
                 took = time.monotonic() - t0
                 page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
                 (shots / "default_ablation_seconds.txt").write_text(f"{took:.0f}\n")
