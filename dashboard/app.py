@@ -10,7 +10,7 @@ the least accuracy, with 95 % CIs. The app stays thin: choices come from ``lab.r
 ``lab.ablation``, figures and readable tables from ``lab.plots``.
 
 Default: recipe ``stacked`` on ``ctr`` at size ``tiny``, 3 repeats (the smallest design with an interval):
-9 arms (with the A/A arm) x 3 = 27 runs, about three minutes on 2 shared CPU cores (165-217 s measured by
+9 arms (with the A/A arm) x 3 = 27 runs, about three minutes on 2 shared CPU cores (105-257 s measured by
 tests/test_browser.py on a busy machine); 1 repeat is a labelled preview that crowns nothing; ``small`` with
 3 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores). Built-in tabs: the ablation, stored
 runs, the scaling model (``lab.distributed.scaling`` projected over link presets, with its validation band),

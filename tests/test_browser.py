@@ -114,7 +114,7 @@ def _check(page, name: str, shots: Path) -> dict:
 
 
 @pytest.mark.browser
-@pytest.mark.timeout(600)  # the default ablation: 165-257 s measured on a busy 2-core machine
+@pytest.mark.timeout(600)  # the default ablation: 105-257 s measured on a busy 2-core machine
 def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path, private_store):
     """At 1280x800: run the default ablation (the sidebar as it opens), then visit every tab, the
     discovered pages included, and fail on a Streamlit exception, a sideways-overflowing element or a
