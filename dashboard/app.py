@@ -1,17 +1,21 @@
-"""Streamlit dashboard: ``make dashboard`` (binds 127.0.0.1, port from PORT=, default 8501).
+"""Streamlit dashboard: ``make dashboard`` (binds 127.0.0.1, port from PORT=, default 8501; a bare
+``streamlit run dashboard/app.py`` too, through ``.streamlit/config.toml``).
 
-Pick a workload and a recipe (or your own technique stack), press Run: the arms run interleaved with
-repeats, each finished run lands in the SQLite store (``results/lab.sqlite``; pressing Run again resumes
-and reuses finished runs), and the page shows which combination buys the most speed for the least
-accuracy, with 95 % CIs. The app stays thin: choices come from the registries in ``lab.recipes``, numbers
-from ``lab.ablation``, figures from ``lab.plots``. Default: recipe ``stacked`` on ``ctr`` at size ``tiny``,
-3 repeats (the smallest design with an interval): 9 arms (with the A/A arm) x 3 = 27 runs, about a minute on
-2 CPU cores; 1 repeat is a labelled preview that crowns nothing; ``small`` with 3 repeats and 2 seeds is
-the meaningful one (tens of minutes on 2 cores). Two more pages: the scaling
-model (``lab.distributed.scaling`` projected over link presets) and a data-loading explorer (one short run per
-loader on emulated storage: phase bars and the data-wait timeline). A "Performance report" page shows the
-benchmark reports under ``benchmarks/results/<hardware-id>/`` (or ``LAB_BENCH_RESULTS``), each figure labelled
-with the hardware it was measured on.
+Pick a workload and a recipe (or your own technique stack), press Run: the ablation runs in a background
+worker process (:mod:`lab.ablation.worker`) under a per-key lock in the SQLite store (``results/lab.sqlite``),
+so a reload re-attaches to it, a double click or a second tab joins it instead of starting it twice, Run is
+disabled while it runs and Cancel stops it before the next step. Each finished run is stored as it ends
+(pressing Run again resumes and reuses them), and the page shows which combination buys the most speed for
+the least accuracy, with 95 % CIs. The app stays thin: choices come from ``lab.recipes``, numbers from
+``lab.ablation``, figures and readable tables from ``lab.plots``.
+
+Default: recipe ``stacked`` on ``ctr`` at size ``tiny``, 3 repeats (the smallest design with an interval):
+9 arms (with the A/A arm) x 3 = 27 runs, about three minutes on 2 shared CPU cores (105-257 s measured by
+tests/test_browser.py on a busy machine); 1 repeat is a labelled preview that crowns nothing; ``small`` with
+3 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores). Built-in tabs: the ablation, stored
+runs, the scaling model (``lab.distributed.scaling`` projected over link presets, with its validation band),
+a data-loading explorer and the performance report (``benchmarks/results/<hardware-id>/`` or
+``LAB_BENCH_RESULTS``). Then one tab per ``dashboard/page_*.py`` (``TITLE`` + ``render()``, see ``_pages``).
 """
 
 from __future__ import annotations
@@ -19,23 +23,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import _lifecycle  # next to this file (Streamlit puts the script's folder on sys.path): the Run lifecycle
+import _pages  # dashboard/page_*.py, one tab each
+import _views  # the ablation table, figures and details
 import streamlit as st
 
 from lab import ResultStore, RunConfig, list_workloads, run
 from lab.ablation import (
-    interaction_effects,
-    load_ablation,
+    from_spec,
+    jobs,
     load_stored,
     pareto_front,
-    run_ablation,
     stored_ablations,
     summarize,
-    verdict,
 )
 from lab.bench import ANCHORS
 from lab.config import SIZES, DataConfig
-from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project
-from lab.plots import phase_breakdown, speedup_bars, speedup_vs_accuracy, technique_figures
+from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project_band, trust
+from lab.plots import speedup_vs_accuracy
 from lab.plots.data import phase_bars, wait_timeline
 from lab.plots.distributed import scaling_curves
 from lab.plots.report import (
@@ -55,6 +60,9 @@ SPEEDS = {"train_speedup": "training (end-to-end)", "step_speedup": "training st
 
 st.set_page_config(page_title="Training-efficiency lab", layout="wide")
 st.title("Training-efficiency lab")
+with ResultStore() as _store:
+    job = _lifecycle.attached_job(_store)
+running = bool(job and job["live"])
 st.caption("Which combination of techniques buys the most speed for the least accuracy, on *this* machine?")
 
 with st.sidebar:
@@ -95,10 +103,15 @@ with st.sidebar:
     st.subheader("Reading")
     speed = st.selectbox("Speed axis", list(SPEEDS), format_func=SPEEDS.get, key="speed")
     budget_pt = st.slider("Accuracy budget (points)", 0.0, 5.0, 1.0, 0.25, key="budget")
-    go_button = st.button("Run ablation", type="primary", key="run")
+    go_button = st.button("Run ablation", type="primary", key="run", disabled=running,
+                          help="disabled while an ablation runs: cancel it, or wait" if running else None)
+    if running and st.button("Cancel", key="cancel", help="stops before the next training step; finished runs stay"):
+        with ResultStore() as _store:
+            jobs.request_cancel(_store, job["key"])
 
-tab_run, tab_stored, tab_scaling, tab_data, tab_report = st.tabs(
-    ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report"])
+PAGES = _pages.discover()
+tab_run, tab_stored, tab_scaling, tab_data, tab_report, *page_tabs = st.tabs(
+    ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report", *(p.title for p in PAGES)])
 
 
 def _problem() -> str | None:
@@ -110,39 +123,8 @@ def _problem() -> str | None:
     return None
 
 
-def _show(df, runs_by_arm: dict | None) -> None:
-    """The results of one ablation: the verdict, the plots, the table, the interactions, CSV."""
-    said = verdict(df, budget_pt, speed=speed)
-    (st.success if said["winner"] else st.warning)(f"Verdict ({SPEEDS[speed]}): {said['text']}")
-    st.caption("An arm competes only on the axes its techniques can change (post-training int8 and pruning: "
-               "inference and size; precision, loaders, compile: training); the A/A arm (aa) reruns the baseline "
-               "and shows the noise floor.")
-    left, right = st.columns(2)
-    left.plotly_chart(speedup_vs_accuracy(df, speed=speed, front=pareto_front(df, speed), budget_pt=budget_pt),
-                      key="pareto_chart")
-    right.plotly_chart(speedup_bars(df), key="speedup_chart")
-    for _, row in df[df["status"] != "ok"].iterrows():
-        st.error(f"Arm {row['arm']}: {row['error']}")
-    st.dataframe(df, key="ablation_table")
-    effects = interaction_effects(df, speed=speed)
-    if not effects.empty:
-        st.subheader("Do they compound or cancel? (factorial effects with 95 % intervals)")
-        st.dataframe(effects, key="interactions")
-    if runs_by_arm:
-        firsts = {arm: next((r for r in rs if r.status == "ok"), None) for arm, rs in runs_by_arm.items()}
-        firsts = {a: r for a, r in firsts.items() if r is not None}
-        if firsts:
-            st.plotly_chart(phase_breakdown(list(firsts.values()), labels=list(firsts)), key="phases_chart")
-            with st.expander("Technique details"):
-                arm = st.selectbox("Arm", list(firsts), key="detail_arm")
-                for name, fig in technique_figures(firsts[arm]).items():
-                    st.plotly_chart(fig, key=f"detail_{name}")
-    st.download_button("Download CSV", df.to_csv(index=False), file_name="ablation.csv", mime="text/csv",
-                       key="download")
-
-
 with tab_run:
-    if go_button:
+    if go_button and not running:
         problem = _problem()
         if problem:
             st.error(problem)
@@ -158,30 +140,33 @@ with tab_run:
             except ValueError as exc:
                 st.error(f"Cannot build this ablation: {exc}")
                 st.stop()
-            seeds = list(range(int(n_seeds)))
-            bar = st.progress(0.0, text="starting")
-            log = st.empty()
-            lines: list[str] = []
-
-            def progress(event: dict) -> None:
-                if event["phase"] == "ablation":
-                    bar.progress(event["done"] / event["total"], text=f"run {event['done']}/{event['total']}")
-                    lines.append(f"{event['arm']} repeat {event['repeat']} seed {event['seed']}: {event['status']}"
-                                 + (" (stored, skipped)" if event["skipped"] else ""))
-                    log.code("\n".join(lines[-8:]))
-
             with ResultStore() as store:
-                df = run_ablation(ablation, repeats=int(repeats), seeds=seeds, store=store, progress=progress)
-                runs_by_arm = load_ablation(ablation, store, int(repeats), seeds)
-            bar.empty()
-            st.session_state["ablation"] = (df, runs_by_arm)
-    shown = st.session_state.get("ablation")
-    if shown is None:
+                _lifecycle.start_or_join(store, ablation, int(repeats), list(range(int(n_seeds))))
+            st.rerun()  # redraw with Run disabled and the progress of the job just started (or joined)
+    if st.session_state.get("job_note"):
+        st.info(st.session_state["job_note"])
+    if job is None:
         st.info("Pick a workload and a recipe, then press **Run ablation**. The default (stacked, tiny, "
-                "3 repeats, 27 runs) takes about a minute on 2 CPU cores; add a second seed for the accuracy "
-                "noise band.")
+                "3 repeats, 27 runs) takes about three minutes on 2 shared CPU cores; add a second seed for the "
+                "accuracy noise band.")
+    elif running:
+        st.caption(f"Ablation `{job['key']}` runs in a background worker (pid {job['pid']}): reloading this page "
+                   "re-attaches to it; finished runs are stored as they end.")
+        _lifecycle.live_progress(job["key"])
     else:
-        _show(*shown)
+        if job["status"] == "cancelled":
+            st.warning(f"Cancelled after {job['state'].get('done', 0)} of {job['state'].get('total', '?')} runs: "
+                       "showing the finished ones (Run resumes from them).")
+        elif job["status"] == "error" or (job["status"] in jobs.LIVE and not job["live"]):
+            st.error(f"The ablation stopped: {job['state'].get('error') or 'its worker died without a word'}")
+            if _lifecycle.worker_log_tail(job):
+                st.code(_lifecycle.worker_log_tail(job), language=None)
+        with ResultStore() as store:
+            shown = _lifecycle.results(store, job)
+        if shown is None:
+            st.caption("No baseline run finished yet: nothing to compare.")
+        else:
+            _views.show_ablation(*shown, speed=speed, speed_name=SPEEDS[speed], budget_pt=budget_pt)
 
 with tab_stored:
     with ResultStore() as store:
@@ -196,15 +181,36 @@ with tab_stored:
             name = st.selectbox("Stored ablation", names, key="stored_ablation")
             with ResultStore() as store:
                 stored = load_stored(store, name, hardware_id=None if hw == "all" else hw)
+                spec = (jobs.job(store, name) or {}).get("spec")  # what each arm can change, if it was kept
             if stored.get("baseline"):
-                df_stored = summarize(stored)
+                if spec:
+                    stored_ab = from_spec(spec)[0]
+                    df_stored = summarize(stored, techniques=stored_ab.techniques, axes=stored_ab.axes)
+                else:
+                    df_stored = summarize(stored)
+                    st.caption("Stored before ablations kept their spec: every arm is read on every axis.")
                 st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed)),
                                 key="stored_chart")
-                st.dataframe(df_stored, key="stored_table")
+                _views.show_table(df_stored, "stored_table")
             else:
                 st.caption("This ablation has no baseline run on the chosen hardware.")
         view = runs if hw == "all" else runs[runs["hardware_id"] == hw]
-        st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs")
+        st.caption("Every stored run, newest first (raw columns, as `python -m lab runs` shows them).")
+        st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs", hide_index=True)
+
+def _bench_root() -> Path:
+    return Path(os.environ.get("LAB_BENCH_RESULTS") or Path(__file__).resolve().parents[1] / "benchmarks" / "results")
+
+
+def _measured_model_error() -> float | None:
+    """The scaling model's worst held-out error (%) from the newest distributed benchmark report, if any."""
+    reports, _ = load_reports(_bench_root())
+    for rep in reports.values():
+        for row in rep.get("rows", []):
+            if "model error on unseen" in str(row.get("name")) and isinstance(row.get("value"), (int, float)):
+                return abs(float(row["value"]))
+    return None
+
 
 with tab_scaling:
     st.markdown("How far does data parallelism scale? The α-β ring all-reduce model (`lab.distributed.scaling`) "
@@ -216,16 +222,26 @@ with tab_scaling:
     overlap = sc3.slider("Backward that hides comm", 0.0, 1.0, 0.5, 0.05, key="sc_overlap")
     links = st.multiselect("Links", list(LINK_PRESETS), default=["10GbE", "100GbE", "NVLink"], key="sc_links")
     max_p = st.select_slider("Up to workers", options=[8, 64, 256, 1024], value=256, key="sc_maxp")
+    measured_error = _measured_model_error()
+    model_error = st.number_input("Model's held-out error (%)", 0.0, 500.0, float(measured_error or 20.0), 1.0,
+                                  key="sc_error", help="worst relative error of the fitted alpha-beta model on "
+                                  "all-reduce sizes it was not fitted on; beyond +-20 % the projection is unvalidated")
     if not links:
         st.warning("Pick at least one link.")
     else:
         ps = powers_of_two(int(max_p))
-        rows = {name: project(compute_ms / 1e3, grad_mb * 1e6, ps, LINK_PRESETS[name], overlap=overlap)
-                for name in links}
-        st.plotly_chart(scaling_curves(rows), key="sc_chart")
-        st.dataframe([{"link": n, "p": r["p"], "speedup": round(r["speedup"], 2),
-                       "efficiency": f"{r['efficiency']:.0%}", "comm_ms": round(r["comm_ms"], 2)}
-                      for n, rs in rows.items() for r in rs if r["p"] in (2, 4, 8, max_p)], key="sc_table")
+        rows = {name: project_band(compute_ms / 1e3, grad_mb * 1e6, ps, LINK_PRESETS[name], model_error / 100,
+                                   overlap=overlap) for name in links}
+        label = trust(model_error / 100)
+        (st.warning if label.startswith("unvalidated") else st.caption)(
+            f"Projection {label}{' (measured by benchmarks/distributed.py)' if measured_error else ''}: the "
+            "shaded band is the speedup if communication were that much faster or slower than modelled.")
+        st.plotly_chart(scaling_curves(rows, rel_error=model_error / 100), key="sc_chart")
+        st.dataframe([{"link": n, "workers": r["p"], "speedup (x)": f"{r['speedup']:.3g}",
+                       "band (x)": f"{r['speedup_lo']:.3g} to {r['speedup_hi']:.3g}",
+                       "efficiency": f"{r['efficiency']:.0%}", "all-reduce (ms)": f"{r['comm_ms']:.3g}"}
+                      for n, rs in rows.items() for r in rs if r["p"] in (2, 4, 8, max_p)], key="sc_table",
+                     hide_index=True)
 
 with tab_data:
     st.markdown("Is training waiting for data? One short run of the chosen workload per loader, on emulated "
@@ -266,8 +282,7 @@ with tab_data:
 
 with tab_report:
     # read on every rerun (cheap: a few JSON files), so a report written while the app runs shows up
-    bench_root = Path(os.environ.get("LAB_BENCH_RESULTS")
-                      or Path(__file__).resolve().parents[1] / "benchmarks" / "results")
+    bench_root = _bench_root()
     reports, problems = load_reports(bench_root)
     for problem in problems:
         st.warning(problem)
@@ -291,9 +306,22 @@ with tab_report:
             st.warning("Pick at least one hardware and one family.")
         else:
             st.plotly_chart(report_figure(view), key="report_chart")
-            st.dataframe(report_table(view), key="report_table")
+            table = report_table(view)
+            st.dataframe(table, key="report_table", hide_index=True, width="stretch",
+                         height=_views.table_height(len(table)),
+                         column_config={"measured": st.column_config.NumberColumn(format="%.3g")})
             with st.expander("Anchors: the published figures each family is compared with"):
                 for fam in ordered_families(view["family"]):
                     anchor = ANCHORS.get(fam)
                     st.markdown(f"**{fam}**: {anchor.claim} ({anchor.source})" if anchor
                                 else f"**{fam}**: no anchor")
+
+for page, tab in zip(PAGES, page_tabs, strict=True):
+    with tab:
+        if page.render is None:
+            st.error(page.error)
+        else:
+            try:
+                page.render()
+            except Exception as exc:  # one page's bug must not blank the others
+                st.error(f"{page.path.name}: {type(exc).__name__}: {exc}")

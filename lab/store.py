@@ -201,6 +201,15 @@ class ResultStore:
                     conn.execute("ROLLBACK")
                 raise
 
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One write transaction on the store's connection, for modules that keep their own small table
+        next to ``runs`` (the ablation lock, :mod:`lab.ablation.jobs`)."""
+        return self._transaction()
+
+    def query(self, sql: str, params: list[Any] | tuple = ()) -> list[tuple]:
+        """Rows of one read statement under the store's lock."""
+        return self._query(sql, params)
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:

@@ -297,3 +297,54 @@ def test_inference_latency_ms_runs_in_eval_mode_and_restores_it() -> None:
     samples = measure.inference_latency_ms({"m": model}, (torch.randn(2, 4),), repeats=4, warmup=1)
     assert len(samples["m"]) == 4 and seen == [False] * 5 and model.training
     assert measure.sync_for("cpu") is None and callable(measure.sync_for("cuda"))
+
+
+def test_the_loop_timer_is_the_plain_clock_on_cpu_and_events_on_cuda():
+    cpu = measure.step_timer("cpu", ("forward",))
+    assert type(cpu) is measure.PhaseTimer and cpu._sync is None  # CPU: unchanged, no sync exists
+    assert type(measure.step_timer("cpu", ("forward",), timing="phase")) is measure.PhaseTimer
+    with pytest.raises(ValueError, match="timing='often'"):
+        measure.step_timer("cpu", ("forward",), timing="often")
+
+
+def test_losses_read_together_still_name_the_step_that_went_non_finite():
+    import torch
+
+    from lab.loop import _read_losses
+
+    losses: list[float] = []
+    _read_losses([torch.tensor(1.0), torch.tensor(0.5)], losses, last_step=1, epoch=0, phase="train")
+    assert losses == [1.0, 0.5]
+    unread = [torch.tensor(0.25), torch.tensor(float("nan")), torch.tensor(0.125)]
+    with pytest.raises(FloatingPointError, match=r"loss became nan at step 3 \(epoch 0, train, read with steps 2-4\)"):
+        _read_losses(unread, losses, last_step=4, epoch=0, phase="train")
+    assert losses == [1.0, 0.5, 0.25]  # the finite ones before it are kept
+    with pytest.raises(FloatingPointError, match=r"loss became inf at step 7 \(epoch 1, train\); lower the lr"):
+        _read_losses([torch.tensor(float("inf"))], [], last_step=7, epoch=1, phase="train")  # CPU: one per step
+
+
+@pytest.mark.gpu
+def test_event_timer_syncs_once_per_step_and_charges_gpu_work_to_its_phase(monkeypatch):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    syncs = []
+    real = torch.cuda.Event.synchronize
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: (syncs.append(1), real(self))[1])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: pytest.fail("a device-wide sync in step mode"))
+    timer = measure.step_timer("cuda", ("data_wait", "forward", "backward"))
+    x = torch.randn(2048, 2048, device="cuda")
+    for _ in range(4):
+        timer.start_step()
+        timer.mark("data_wait")
+        for _ in range(20):
+            x = (x @ x).tanh()
+        timer.mark("forward")
+        timer.mark("backward")
+        timer.end_step()
+    samples = timer.samples_ms()
+    assert len(syncs) == 4  # one event sync per step, none per phase
+    for f, d, b, t in zip(samples["forward"], samples["data_wait"], samples["backward"], samples["total"],
+                          strict=True):
+        assert f > 10 * max(d, b) and f + d + b == pytest.approx(t, rel=0.05)

@@ -53,10 +53,13 @@ def test_speedup_vs_accuracy_has_whiskers_front_and_noise_band():
     from lab.plots import speedup_vs_accuracy
 
     fig = speedup_vs_accuracy(_ablation_table(), front=["fast", "baseline"], budget_pt=1.0)
-    front, arms = fig.data
+    front, within, outside = fig.data
     assert front.name == "Pareto front" and list(front.x) == [1.0, 2.0]
-    assert list(arms.text) == ["baseline", "fast"]  # the error row is not plotted
-    assert list(arms.error_x.array) == [0.0, 0.5] and list(arms.error_x.arrayminus) == [0.0, 0.5]
+    # one trace per noise class: the legend is the colour key (not the title); the error row is not plotted
+    assert (within.name, list(within.text)) == ("within seed noise", ["baseline"])
+    assert (outside.name, list(outside.text)) == ("outside seed noise", ["fast"])
+    assert list(outside.error_x.array) == [0.5] and list(outside.error_x.arrayminus) == [0.5]
+    assert len(fig.layout.title.text) <= 40 and fig.layout.title.subtitle.text
     rect = [s for s in fig.layout.shapes if s.type == "rect"][0]
     assert (rect.y0, rect.y1) == (-0.2, 0.2)  # the baseline's seed spread
 
@@ -65,8 +68,58 @@ def test_speedup_bars_one_trace_per_speed_with_ci():
     from lab.plots import speedup_bars
 
     fig = speedup_bars(_ablation_table())
-    assert len(fig.data) == 2 and list(fig.data[1].y) == [1.0, 2.0]
-    assert list(fig.data[0].error_y.array) == [0.0, 0.5]
+    assert len(fig.data) == 2 and list(fig.data[1].x) == [1.0, 2.0]  # horizontal: arm names on the y axis
+    assert list(fig.data[1].y) == ["baseline", "fast"] and fig.data[1].orientation == "h"
+    assert list(fig.data[0].error_x.array) == [0.0, 0.5]
+    assert "x" in fig.layout.xaxis.title.text and fig.layout.xaxis.title.text != "x"  # a unit, not a bare "x"
+
+
+def test_wide_whiskers_are_clipped_and_the_clipping_is_drawn():
+    from lab.plots import speedup_bars, speedup_vs_accuracy
+
+    df = _ablation_table()
+    df.loc[1, ["train_speedup_lo", "train_speedup_hi"]] = [0.09, 8.7]  # one noisy run's interval
+    fig = speedup_bars(df)
+    lo, hi = fig.layout.xaxis.range
+    assert hi < 8.7 and hi >= 2.0  # the axis keeps to the estimates, not the one wild whisker
+    train = fig.data[0]
+    assert 2.0 + train.error_x.array[1] <= hi  # the whisker ends at the edge
+    marker = next(t for t in fig.data if t.name.startswith("CI clipped"))
+    assert list(marker.y) == ["fast"] and "8.7" in marker.hovertext[0]
+    scatter = speedup_vs_accuracy(df, front=None)
+    names = [t.name for t in scatter.data]
+    assert "diamond: CI clipped (hover)" in names
+    fast = next(t for t in scatter.data if t.name == "outside seed noise")
+    assert list(fast.marker.symbol) == ["diamond"] and "clipped" in fast.customdata[0][0]
+
+
+def test_many_arms_are_hover_text_not_printed_labels():
+    import pandas as pd
+
+    from lab.plots import speedup_vs_accuracy
+
+    df = _ablation_table()
+    many = pd.concat([df.iloc[[0]]] + [df.iloc[[1]].assign(arm=f"arm{i}") for i in range(8)], ignore_index=True)
+    fig = speedup_vs_accuracy(many)
+    assert all(t.mode == "markers" for t in fig.data if t.type == "scatter" and t.text is not None)
+    assert "%{text}" in fig.data[-1].hovertemplate
+
+
+def test_the_humanised_table_reads_as_sentences():
+    from lab.plots import ablation_table
+    from lab.plots.tables import why_lines
+
+    df = _ablation_table()
+    df["axes"] = ["train_step,train,inference,size", "inference,size", ""]
+    df["n_ok"], df["n_runs"] = [3, 1, 0], [3, 1, 1]
+    df.loc[1, ["infer_speedup_lo", "infer_speedup_hi"]] = [float("nan"), float("nan")]
+    df.loc[1, "why"] = "int8 slower at batch_1 (0.56x); stayed float: wide; int8 slower at batch_1 (0.61x)"
+    t = ablation_table(df).set_index("Arm")
+    assert t.loc["fast", "Training speedup (x, 95 % CI)"] == "does not apply"  # not an axis it can change
+    assert t.loc["fast", "Inference speedup (x, 95 % CI)"] == "2x (n = 1: no interval)"
+    assert t.loc["baseline", "Runs ok"] == "3/3" and "train_speedup_lo" not in t.columns
+    assert why_lines(df) == ["**fast**: int8 slower at batch_1 (0.56x) (in 2 runs; numbers from the first); "
+                             "stayed float: wide"]  # said once, not once per run
 
 
 def test_technique_figures_show_only_what_applies():
@@ -83,3 +136,60 @@ def test_technique_figures_show_only_what_applies():
     assert set(figs) == {"data wait per step", "per-layer sparsity", "loss scale (fp16)"}
     assert list(figs["per-layer sparsity"].data[0].y) == [50.0]
     assert list(figs["loss scale (fp16)"].data[0].y) == [65536.0, 32768.0]
+
+
+def test_projections_carry_the_models_validation_error_as_a_band_and_a_label():
+    from lab.distributed import scaling as sm
+    from lab.plots.distributed import scaling_curves
+
+    link = sm.LINK_PRESETS["10GbE"]
+    exact = [sm.ring_allreduce_s(s, 2, link.alpha_s, link.beta_s_per_byte) for s in (1e4, 1e6)]
+    assert sm.held_out_errors([1e4, 1e6], [t / 1.25 for t in exact], link, 2) == pytest.approx([0.25, 0.25])
+    assert sm.trust(0.46).startswith("unvalidated") and sm.trust(-0.1).startswith("validated")
+    rows = sm.project_band(0.1, 100e6, [1, 8, 64], link, 0.46, overlap=0.5)
+    plain = sm.project(0.1, 100e6, [1, 8, 64], link, overlap=0.5)
+    assert [r["speedup"] for r in rows] == [r["speedup"] for r in plain]
+    assert all(r["speedup_lo"] < r["speedup"] < r["speedup_hi"] for r in rows[1:])  # p = 1 has no comm
+    fig = scaling_curves({"10GbE": rows, "NVLink": sm.project_band(0.1, 100e6, [1, 8, 64],
+                                                                  sm.LINK_PRESETS["NVLink"], 0.46)}, rel_error=0.46)
+    assert "UNVALIDATED" in fig.layout.title.subtitle.text
+    bands = [t for t in fig.data if t.fill == "toself"]
+    assert len(bands) == 2 and list(bands[0].y[:3]) == [r["speedup_hi"] for r in rows]
+    lines = {t.name: t.line for t in fig.data if t.name in ("10GbE", "NVLink", "ideal (p x)")}
+    assert len({(ln.color, ln.dash) for ln in lines.values()}) == 3  # distinct in colour and dash
+
+
+def test_every_family_has_its_own_details_figures_and_sentences():
+    from lab.plots import technique_figures, technique_notes
+
+    r = _result("c" * 32, 1.0, 0.0)
+    r.batch_size = 64
+    r.details = {
+        "resolved": {"batch_size": 64},
+        "precision": {"requested": "auto", "resolved": "fp32", "auto": {"why": "auto chose fp32: bf16 x0.88"},
+                      "capability": {"reason": "fp32 is always native"},
+                      "phases": {"train": {"layer_dtypes": [{"module": "fc", "type": "Linear", "input_dtype": "float32",
+                                                             "output_dtype": "bfloat16", "fp32_reason": ""}]}}},
+        "quant": {"method": "static", "api": "torch.ao.quantization.quantize_fx (...)", "float_bytes": 280069,
+                  "int8_bytes": 143101, "size_ratio": 1.957, "output_rel_error": 0.0117,
+                  "swap": {"asked": {"fc": "Linear", "wide": "EmbeddingBag"}, "swapped": {"fc": "LinearReLU"},
+                           "kept_float_reasons": {"wide": "embedding_dim < 8"}, "n_asked": 2, "n_swapped": 1},
+                  "latency": {"batch_1": {"ratio": 0.56, "ci_lo": 0.08, "ci_hi": 0.65},
+                              "batch_256": {"ratio": 1.5, "ci_lo": 1.2, "ci_hi": 1.9}}},
+        "prune": {"method": "l1_unstructured", "amount": 0.5, "schedule": "oneshot", "macs_ratio": 1.67,
+                  "inference": {"batch": 256, "speedup": 0.99, "ci95": [0.6, 1.4]}},
+        "ddp": {"world_size": 2, "backend": "gloo", "launcher": "spawn", "grad_accum_steps": 2},
+    }
+    r.step_times_ms["comm"] = [3.0] * 6
+    figs = technique_figures(r)
+    assert {"dtypes per layer", "int8 swaps", "int8 latency", "MACs vs measured", "comm vs compute"} <= set(figs)
+    swaps = figs["int8 swaps"].data[0].cells.values
+    assert list(swaps[2]) == ["LinearReLU", "kept float"] and list(swaps[3]) == ["", "embedding_dim < 8"]
+    lat = figs["int8 latency"].data[0]
+    assert list(lat.x) == [0.56, 1.5] and list(lat.error_x.array) == pytest.approx([0.09, 0.4])
+    comm = figs["comm vs compute"].data
+    assert comm[1].x[0] == 3.0 and comm[0].x[0] == pytest.approx(1.0 + 1.0 + 0.5)  # forward + backward + optimizer
+    notes = " | ".join(technique_notes(r))
+    assert "asked auto, trained in fp32" in notes and "auto chose fp32" in notes
+    assert "280 kB -> 143 kB (2x smaller)" in notes and "1.7x fewer MACs" in notes
+    assert "effective batch 256 = 64 per rank x 2 ranks x 2 accumulation step(s)" in notes

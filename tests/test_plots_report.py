@@ -90,3 +90,25 @@ def test_load_reports_frame_and_table(tmp_path):
     first = table.iloc[0]
     assert (first["measured"], first["CI"], first["goal"], first["met"]) == (1.5, "[1.25, 1.75]", ">= 1.3x", "met")
     assert load_reports(tmp_path / "absent") == ({}, [])
+
+
+def test_speed_size_memory_and_macs_ratios_never_share_an_axis():
+    rows = [_row("cpu-2c", "bf16 speedup", 1.5, ci=[1.25, 1.75]),
+            _row("cpu-2c", "int8 size ratio", 3.9, family="quantization"),
+            _row("cpu-2c", "peak memory ratio", 1.2, family="precision"),
+            _row("cpu-2c", "prune50 MACs ratio", 1.7, family="pruning"),
+            _row("cpu-2c", "noisy speedup", 1.1, ci=[0.09, 8.7], family="compute"),
+            _row("cpu-2c", "naive / in-memory", 0.77, family="data")]  # a loader's name, not a memory ratio
+    fig = report_figure(rows)
+    axis = {t.y[i]: t.xaxis for t in fig.data for i in range(len(t.y))}
+    kinds = [axis["precision: bf16 speedup"], axis["quantization: int8 size ratio"],
+             axis["precision: peak memory ratio"], axis["pruning: prune50 MACs ratio"]]
+    assert len(set(kinds)) == 4  # one axis per kind of ratio
+    assert axis["data: naive / in-memory"] == axis["precision: bf16 speedup"]
+    titles = {fig.layout[a.replace("x", "xaxis")].title.text for a in kinds}
+    assert titles == {"speedup (x, 1 = no change)", "size ratio (x smaller)", "memory ratio (x less)",
+                      "MACs ratio (x fewer)"}
+    speed_axis = fig.layout[axis["compute: noisy speedup"].replace("x", "xaxis")]
+    assert speed_axis.range[1] < 8.7  # the wild whisker is clipped ...
+    noisy = next(t for t in fig.data if "compute: noisy speedup" in t.y)
+    assert "clipped" in noisy.customdata[list(noisy.y).index("compute: noisy speedup")][1]  # ... and says so

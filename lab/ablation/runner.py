@@ -8,12 +8,15 @@ hash).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lab.ablation import jobs
 from lab.ablation.summary import AA_ARM, AXES, summarize
 from lab.config import RunConfig
 from lab.measure import environment_stamp
@@ -26,7 +29,6 @@ if TYPE_CHECKING:
 
 ProgressFn = Callable[[dict[str, Any]], None]
 RunFn = Callable[..., RunResult]
-
 
 
 @dataclass
@@ -88,11 +90,62 @@ def _finished(store: ResultStore, label: str, h: str) -> RunResult | None:
     return None
 
 
+class _Progress:
+    """Where the ablation stands, as the job state the dashboard shows: run i/n, arm, step, elapsed and an
+    estimate of what is left (mean time of the runs trained so far x runs left, or within the first run
+    its step rate)."""
+
+    def __init__(self, total: int, hb: jobs.Heartbeat | None) -> None:
+        self.total, self.hb = total, hb
+        self.t0 = time.monotonic()
+        self.trained_s: list[float] = []
+        self.run_t0 = self.t0
+        self.state: dict[str, Any] = {"done": 0, "total": total, "started_at": time.time()}
+
+    def start_run(self, i: int, arm: str, rep: int, seed: int) -> None:
+        self.run_t0 = time.monotonic()
+        self.state.update(run=i + 1, arm=arm, repeat=rep, seed=seed, step=0, total_steps=None,
+                          run_started_at=time.time())
+        self._publish()
+
+    def step(self, event: dict[str, Any]) -> None:
+        if "step" in event:
+            self.state.update(step=event["step"], total_steps=event.get("total_steps"), phase=event.get("phase"))
+        self._publish()
+
+    def end_run(self, i: int, trained: bool) -> None:
+        if trained:
+            self.trained_s.append(time.monotonic() - self.run_t0)
+        self.state["done"] = i + 1
+        self._publish()
+
+    def _publish(self) -> None:
+        now = time.monotonic()
+        in_run = now - self.run_t0
+        left = self.total - self.state["done"]
+        if self.trained_s:
+            eta = max(0.0, sum(self.trained_s) / len(self.trained_s) * left - in_run)
+        elif self.state.get("step") and self.state.get("total_steps"):
+            eta = in_run / (self.state["step"] / self.state["total_steps"]) * left - in_run
+        else:
+            eta = None
+        self.state.update(elapsed_s=now - self.t0, run_elapsed_s=in_run, eta_s=eta, published_at=time.time())
+        if self.hb is not None:
+            self.hb.state = dict(self.state)
+            self.hb.check()
+
+
 def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0,),
                  store: ResultStore | None = None, progress: ProgressFn | None = None,
-                 run_fn: RunFn | None = None) -> pd.DataFrame:
+                 run_fn: RunFn | None = None, job_token: str | None = None) -> pd.DataFrame:
     """Run every (arm, repeat, seed) interleaved, store each as it finishes, skip those already in
     ``store``, and return :func:`summarize`'s table. A failing arm becomes an error row; the rest run.
+
+    With a ``store`` the ablation holds its key's lock (:mod:`lab.ablation.jobs`) while it runs: a second
+    run of the same key elsewhere is refused (:class:`~lab.ablation.jobs.AlreadyRunning`) instead of
+    storing duplicate runs, its progress is the job's state, and a Cancel request stops it before the next
+    step (:class:`~lab.ablation.jobs.Cancelled`; the run in flight is not stored). ``job_token``: the lock
+    was claimed by a launcher (the dashboard) and is adopted here.
 
     ``progress`` gets ``{"phase": "ablation", "done", "total", "arm", "repeat", "seed", "skipped"}``
     after each run (and the inner run's own events under ``"run"``). ``run_fn`` defaults to
@@ -104,23 +157,50 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
     run_fn = run if run_fn is None else run_fn
     plan = ablation.schedule(repeats, list(seeds))
     runs: dict[str, list[RunResult]] = {arm: [] for arm in ablation.arms}
-    for i, (arm, rep, s, cfg) in enumerate(plan):
-        label = ablation.label(arm, rep)
-        done = _finished(store, label, config_hash(cfg.to_dict())) if store is not None else None
-        skipped = done is not None
-        if done is None:
-            inner = (lambda ev, a=arm: progress({"phase": "run", "arm": a, "event": ev})) if progress else None
-            try:
-                done = run_fn(cfg, progress=inner, on_error="record")
-            except Exception as exc:  # refused before any work, or a bug in the arm: an error row, not a crash
-                done = _error_result(cfg, exc)
-            if store is not None:
-                store.add(done, label=label)
-        runs[arm].append(done)
-        if progress:
-            progress({"phase": "ablation", "done": i + 1, "total": len(plan), "arm": arm, "repeat": rep,
-                      "seed": s, "skipped": skipped, "status": done.status})
+    held = (jobs.holding(store, ablation.key, job_token, spec=to_spec(ablation, repeats, seeds))
+            if store is not None else contextlib.nullcontext())
+    with held as hb:
+        track = _Progress(len(plan), hb)
+        for i, (arm, rep, s, cfg) in enumerate(plan):
+            track.start_run(i, arm, rep, s)
+            label = ablation.label(arm, rep)
+            done = _finished(store, label, config_hash(cfg.to_dict())) if store is not None else None
+            skipped = done is not None
+            if done is None:
+                def inner(ev: dict[str, Any], a: str = arm) -> None:
+                    track.step(ev)
+                    if progress:
+                        progress({"phase": "run", "arm": a, "event": ev})
+                try:
+                    done = run_fn(cfg, progress=inner, on_error="record")
+                except Exception as exc:  # refused before any work, or a bug in the arm: an error row, not a crash
+                    done = _error_result(cfg, exc)
+                if store is not None:
+                    store.add(done, label=label)
+            runs[arm].append(done)
+            track.end_run(i, trained=not skipped)
+            if progress:
+                progress({"phase": "ablation", "done": i + 1, "total": len(plan), "arm": arm, "repeat": rep,
+                          "seed": s, "skipped": skipped, "status": done.status})
     return summarize(runs, techniques=ablation.techniques, axes=ablation.axes)
+
+
+def to_spec(ablation: Ablation, repeats: int, seeds: Sequence[int]) -> dict[str, Any]:
+    """The ablation as plain JSON (what a job row keeps, so a worker or a reloaded page can rebuild it)."""
+    return {"name": ablation.name, "baseline": ablation.baseline.to_dict(),
+            "arms": {a: c.to_dict() for a, c in ablation.arms.items() if a not in ("baseline", AA_ARM)},
+            "techniques": {a: list(t) for a, t in ablation.techniques.items()},
+            "axes": {a: list(x) for a, x in ablation.axes.items()}, "aa": ablation.aa,
+            "repeats": int(repeats), "seeds": [int(s) for s in seeds]}
+
+
+def from_spec(spec: dict[str, Any]) -> tuple[Ablation, int, list[int]]:
+    """Inverse of :func:`to_spec`: (ablation, repeats, seeds); its key equals the original's."""
+    ab = Ablation(name=spec["name"], baseline=RunConfig.from_dict(spec["baseline"]),
+                  arms={a: RunConfig.from_dict(c) for a, c in spec["arms"].items()},
+                  techniques={a: tuple(t) for a, t in spec["techniques"].items()},
+                  axes={a: tuple(x) for a, x in spec["axes"].items()}, aa=spec["aa"])
+    return ab, int(spec["repeats"]), [int(s) for s in spec["seeds"]]
 
 
 def load_ablation(ablation: Ablation, store: ResultStore, repeats: int = 3,
@@ -152,4 +232,5 @@ def load_stored(store: ResultStore, name: str, hardware_id: str | None = None) -
                 runs.setdefault(parts[2], []).append(result)
     return runs
 
-__all__ = ["Ablation", "ProgressFn", "RunFn", "load_ablation", "load_stored", "run_ablation", "stored_ablations"]
+__all__ = ["Ablation", "ProgressFn", "RunFn", "from_spec", "load_ablation", "load_stored", "run_ablation",
+           "stored_ablations", "to_spec"]

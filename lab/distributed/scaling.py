@@ -108,6 +108,43 @@ def project(compute_s: float, grad_bytes: float, ps: Sequence[int], link: Link, 
     return rows
 
 
+#: A projection is "validated" only while the model's worst held-out error stays within this (+-20 %).
+VALIDATION_LIMIT = 0.20
+
+
+def held_out_errors(sizes_bytes: Sequence[float], measured_s: Sequence[float], link: Link, p: int) -> list[float]:
+    """Relative error (model - measured) / measured of the fitted model on all-reduces it was *not* fitted
+    on: the number that says how far to trust any projection made with ``link``."""
+    if len(sizes_bytes) != len(measured_s) or not sizes_bytes:
+        raise ValueError("held_out_errors needs >= 1 (size, time) pairs of equal length")
+    return [(ring_allreduce_s(s, p, link.alpha_s, link.beta_s_per_byte) - t) / t
+            for s, t in zip(sizes_bytes, measured_s, strict=True)]
+
+
+def trust(rel_error: float | None) -> str:
+    """How to label a projection: ``validated (+-x %)`` while the worst held-out error is within
+    :data:`VALIDATION_LIMIT`, else ``unvalidated``, with the error; ``not validated`` when never checked."""
+    if rel_error is None or not math.isfinite(rel_error):
+        return "not validated (no held-out check)"
+    word = "validated" if abs(rel_error) <= VALIDATION_LIMIT else "unvalidated"
+    return f"{word}: model misses held-out all-reduces by up to {abs(rel_error):.0%}"
+
+
+def project_band(compute_s: float, grad_bytes: float, ps: Sequence[int], link: Link, rel_error: float, *,
+                 bucket_bytes: float = 25e6, overlap: float = 0.0,
+                 backward_s: float | None = None) -> list[dict[str, float]]:
+    """:func:`project` with the band the model's own validation error puts around it: communication
+    ``(1 - e)`` and ``(1 + e)`` times the modelled one give ``speedup_hi`` and ``speedup_lo``."""
+    e = abs(rel_error)
+    scaled = [Link(link.name, link.alpha_s * f, link.bandwidth_bytes_per_s / f) for f in (1 + e, max(1 - e, 1e-6))]
+    rows = project(compute_s, grad_bytes, ps, link, bucket_bytes=bucket_bytes, overlap=overlap, backward_s=backward_s)
+    slow, fast = (project(compute_s, grad_bytes, ps, lk, bucket_bytes=bucket_bytes, overlap=overlap,
+                          backward_s=backward_s) for lk in scaled)
+    for r, lo, hi in zip(rows, slow, fast, strict=True):
+        r["speedup_lo"], r["speedup_hi"] = lo["speedup"], hi["speedup"]
+    return rows
+
+
 def powers_of_two(max_p: int = 1024) -> list[int]:
     """1, 2, 4, ..., max_p: the worker counts the curves are drawn at."""
     return [2 ** i for i in range(int(math.log2(max_p)) + 1)]

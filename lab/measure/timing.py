@@ -179,6 +179,88 @@ class PhaseTimer:
         """Copy of the raw per-step samples in ms, one list per phase plus ``total``."""
         return {k: list(v) for k, v in self._samples.items()}
 
+class EventPhaseTimer(PhaseTimer):
+    """:class:`PhaseTimer` on CUDA without a host sync per phase: each mark records a CUDA event on the
+    current stream, and the events are read (one ``synchronize`` on the last one) every ``sync_every``
+    steps and at :meth:`samples_ms`. The CPU keeps queueing work while the GPU runs, as in real training;
+    a per-phase sync would serialise the two and time a loop nobody runs.
+
+    What a phase then measures is the GPU stream time between two marks (data wait = the stream idling
+    while the host waited for the batch and its copy), not host time. ``total`` is the step on the stream.
+    For a breakdown with exact host-side phases use :class:`PhaseTimer` with ``sync`` (``timing="phase"``),
+    which costs one sync per phase (``benchmarks/gpu.sh`` measures the difference)."""
+
+    def __init__(self, phases: Sequence[str] = ("data_wait", "forward", "backward", "optimizer", "comm"),
+                 device: str | torch.device = "cuda", sync_every: int = 1) -> None:
+        super().__init__(phases=phases)
+        if sync_every < 1:
+            raise ValueError(f"sync_every={sync_every} is invalid: allowed: an int >= 1")
+        self.device = torch.device(device)
+        self.sync_every = sync_every
+        self._marks: list[tuple[str | None, Any]] = []
+        self._pending: list[list[tuple[str | None, Any]]] = []
+
+    def _event(self) -> Any:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(torch.cuda.current_stream(self.device))
+        return ev
+
+    def start_step(self) -> None:
+        self._t0 = 0.0  # a step is open (the base class checks it)
+        self._marks = [(None, self._event())]
+
+    def mark(self, phase: str) -> None:
+        if self._t0 is None:
+            raise RuntimeError("PhaseTimer.mark() called outside start_step()/end_step()")
+        if phase not in self.phases:
+            raise KeyError(f"unknown phase {phase!r}; known: {self.phases}")
+        self._marks.append((phase, self._event()))
+
+    def end_step(self) -> None:
+        if self._t0 is None:
+            raise RuntimeError("PhaseTimer.end_step() called without start_step()")
+        self._marks.append((None, self._event()))
+        self._pending.append(self._marks)
+        self._t0 = None
+        if len(self._pending) >= self.sync_every:
+            self._resolve()
+
+    def _resolve(self) -> None:
+        if not self._pending:
+            return
+        self._pending[-1][-1][1].synchronize()  # one host sync for the whole batch of steps
+        for marks in self._pending:
+            row = dict.fromkeys(self.phases, 0.0)
+            for (_, prev), (phase, ev) in zip(marks, marks[1:], strict=False):
+                if phase is not None:
+                    row[phase] += prev.elapsed_time(ev)
+            for p in self.phases:
+                self._samples[p].append(row[p])
+            self._samples["total"].append(marks[0][1].elapsed_time(marks[-1][1]))
+        self._pending = []
+
+    @property
+    def n_steps(self) -> int:
+        return len(self._samples["total"]) + len(self._pending)
+
+    def samples_ms(self) -> dict[str, list[float]]:
+        self._resolve()
+        return super().samples_ms()
+
+
+def step_timer(device: str | torch.device, phases: Sequence[str], timing: str = "step") -> PhaseTimer:
+    """The loop's timer: on CPU the plain clock (no sync exists); on CUDA CUDA events read once per step
+    (``timing="step"``, the default) or a device sync before every phase read (``timing="phase"``, an
+    exact host-side breakdown that removes the CPU/GPU overlap)."""
+    if timing not in ("step", "phase"):
+        raise ValueError(f"timing={timing!r} is invalid: allowed: step, phase")
+    dev = torch.device(device)
+    if dev.type == "cuda" and timing == "step":
+        return EventPhaseTimer(phases=phases, device=dev)
+    return PhaseTimer(phases=phases, sync=sync_for(dev))
+
+
 __all__ = [
-    "block_ms", "error_text", "inference_latency_ms", "interleaved_ms", "PhaseTimer", "sync_for",
+    "block_ms", "error_text", "EventPhaseTimer", "inference_latency_ms", "interleaved_ms", "PhaseTimer",
+    "step_timer", "sync_for",
 ]

@@ -10,7 +10,9 @@ plain rows) and returns a Figure; nothing is shown or written as a side effect.
 
 from lab.plots.ablation import speedup_bars, speedup_vs_accuracy
 from lab.plots.common import PHASE_COLORS, ratio_bars
+from lab.plots.details import technique_notes
 from lab.plots.run import DETAIL_FIGURES, loss_curves, phase_breakdown, technique_figures
+from lab.plots.tables import ablation_table, effects_table
 
-__all__ = ["DETAIL_FIGURES", "PHASE_COLORS", "loss_curves", "phase_breakdown", "ratio_bars", "speedup_bars",
-           "speedup_vs_accuracy", "technique_figures"]
+__all__ = ["DETAIL_FIGURES", "PHASE_COLORS", "ablation_table", "effects_table", "loss_curves", "phase_breakdown",
+           "ratio_bars", "speedup_bars", "speedup_vs_accuracy", "technique_figures", "technique_notes"]

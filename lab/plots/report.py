@@ -135,11 +135,33 @@ def _short(text: Any, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+#: Ratio kinds, each on its own axis (a 7x speedup and a 2x size ratio are different quantities).
+RATIO_KINDS = {"speed": "speedup (x, 1 = no change)", "size": "size ratio (x smaller)",
+               "memory": "memory ratio (x less)", "MACs": "MACs ratio (x fewer)"}
+#: Longest figure label on the axis; the full name is in the hover text.
+LABEL_CHARS = 48
+
+
+def ratio_kind(row: dict[str, Any]) -> str:
+    """Which ratio a figure is, from its name: size, memory, MACs, else speed."""
+    name = f"{_text(row.get('name'))}".lower()
+    if "macs" in name:
+        return "MACs"
+    if "size" in name or "bytes" in name:
+        return "size"
+    if "peak" in name or ("memory" in name.replace("in-memory", "")):  # "in-memory" names a loader
+        return "memory"
+    return "speed"
+
+
 def report_figure(rows: list[dict[str, Any]] | pd.DataFrame) -> go.Figure:
     """The ratio figures (unit ``x``) as points with asymmetric 95 % CI whiskers, one per figure, labelled
-    ``<family>: <name>``, coloured by whether the goal is met; 1x (no change) marked. One panel per hardware,
-    titled with it, on a shared axis of figures, so the same figure lines up across machines. Skipped
+    ``<family>: <name>``, coloured by whether the goal is met; 1x (no change) marked. One column of panels
+    per hardware (titled with it) and one row per ratio kind (:data:`RATIO_KINDS`: speed, size, memory and
+    MACs ratios never share an axis); whiskers clipped per row, the clipping in the hover text. Skipped
     figures (NaN) are left out: the table says why."""
+    from lab.plots.common import clipped_whiskers, fig_title, ratio_range
+
     df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     if "hardware" not in df.columns:
         df["hardware"] = df["hardware_id"] if "hardware_id" in df.columns else "unknown hardware"
@@ -157,35 +179,51 @@ def report_figure(rows: list[dict[str, Any]] | pd.DataFrame) -> go.Figure:
         return fig
     family_rank = {f: i for i, f in enumerate(ordered_families([r["family"] for r in recs]))}
     for r in recs:
-        r["label"] = f"{r['family']}: {r['name']}"
-    labels = list(dict.fromkeys(r["label"] for r in sorted(recs, key=lambda r: family_rank[r["family"]])))
+        full = f"{r['family']}: {r['name']}"
+        r["label"] = full if len(full) <= LABEL_CHARS else full[: LABEL_CHARS - 1] + "…"
+        r["kind"] = ratio_kind(r)
+    kinds = [k for k in RATIO_KINDS if any(r["kind"] == k for r in recs)]
+    labels = {k: list(dict.fromkeys(r["label"] for r in sorted(recs, key=lambda r: family_rank[r["family"]])
+                                    if r["kind"] == k)) for k in kinds}
     device = {hw: next((_text(r.get("device_name")) for r in recs if r["hardware"] == hw), "") for hw in hardware}
-    titles = [f"{hw} ({device[hw] or '?'})" for hw in hardware]
-    fig = make_subplots(rows=1, cols=len(hardware), shared_yaxes=True, subplot_titles=titles,
-                        horizontal_spacing=0.02)
+    titles = [f"{hw} ({device[hw] or '?'})" if i == 0 else "" for i in range(len(kinds)) for hw in hardware]
+    n_labels = [len(labels[k]) for k in kinds]
+    fig = make_subplots(rows=len(kinds), cols=len(hardware), shared_yaxes=True, subplot_titles=titles,
+                        horizontal_spacing=0.02, vertical_spacing=0.12 if len(kinds) > 1 else 0.0,
+                        row_heights=[max(n, 1) for n in n_labels])
     shown: set[str] = set()
-    for col, hw in enumerate(hardware, start=1):
-        for status, color in MET_COLORS.items():
-            mine = [r for r in recs if r["hardware"] == hw and _met(r.get("met")) == status]
-            if not mine:
-                continue
-            cis = [_ci(r) for r in mine]
-            values = [float(r["value"]) for r in mine]
-            fig.add_scatter(
-                x=values, y=[r["label"] for r in mine], mode="markers", name=status, legendgroup=status,
-                showlegend=status not in shown, marker={"color": color, "size": 9},
-                error_x={"type": "data", "symmetric": False,
-                         "array": [c[1] - v if c else 0.0 for c, v in zip(cis, values, strict=True)],
-                         "arrayminus": [v - c[0] if c else 0.0 for c, v in zip(cis, values, strict=True)]},
-                customdata=[[hw, f"[{c[0]:.3g}, {c[1]:.3g}]" if c else "no CI", _text(r.get("goal")) or "none",
-                             _short(r.get("note")), status] for r, c in zip(mine, cis, strict=True)],
-                hovertemplate="<b>%{y}</b><br>hardware: %{customdata[0]}<br>%{x:.3g}x, 95 % CI %{customdata[1]}"
-                              "<br>goal: %{customdata[2]} (%{customdata[4]})<br>%{customdata[3]}<extra></extra>",
-                row=1, col=col)
-            shown.add(status)
-        fig.add_vline(x=1.0, line_dash="dot", line_color="grey", row=1, col=col)
-    fig.update_xaxes(title_text="x (ratio; 1 = no change)")
-    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1])
-    fig.update_layout(title="Measured ratios with 95 % CI (green: goal met, red: not met, grey: no goal)",
-                      legend_title="goal", height=160 + 24 * len(labels), margin={"l": 10})
+    for row_i, kind in enumerate(kinds, start=1):
+        mine_kind = [r for r in recs if r["kind"] == kind]
+        cis_kind = [_ci(r) for r in mine_kind]
+        bounds = ratio_range([float(r["value"]) for r in mine_kind], [c[0] for c in cis_kind if c],
+                             [c[1] for c in cis_kind if c], floor=None)
+        for col, hw in enumerate(hardware, start=1):
+            for status, color in MET_COLORS.items():
+                mine = [r for r in mine_kind if r["hardware"] == hw and _met(r.get("met")) == status]
+                if not mine:
+                    continue
+                cis = [_ci(r) for r in mine]
+                values = [float(r["value"]) for r in mine]
+                plus, minus, clipped = clipped_whiskers(values, [c[0] if c else math.nan for c in cis],
+                                                        [c[1] if c else math.nan for c in cis], bounds)
+                fig.add_scatter(
+                    x=values, y=[r["label"] for r in mine], mode="markers", name=status, legendgroup=status,
+                    showlegend=status not in shown,
+                    marker={"color": color, "size": 9, "symbol": ["diamond" if c else "circle" for c in clipped]},
+                    error_x={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus},
+                    customdata=[[hw, (f"[{c[0]:.3g}, {c[1]:.3g}]" if c else "no CI") + (" (clipped)" if k else ""),
+                                 _text(r.get("goal")) or "none", _short(r.get("note")), status,
+                                 f"{r['family']}: {r['name']}"]
+                                for r, c, k in zip(mine, cis, clipped, strict=True)],
+                    hovertemplate="<b>%{customdata[5]}</b><br>hardware: %{customdata[0]}<br>%{x:.3g}x, 95 % CI "
+                                  "%{customdata[1]}<br>goal: %{customdata[2]} (%{customdata[4]})<br>%{customdata[3]}"
+                                  "<extra></extra>",
+                    row=row_i, col=col)
+                shown.add(status)
+            fig.add_vline(x=1.0, line_dash="dot", line_color="grey", row=row_i, col=col)
+            fig.update_xaxes(range=list(bounds), row=row_i, col=col,
+                             title_text=RATIO_KINDS[kind] if col == 1 or len(hardware) == 1 else None)
+        fig.update_yaxes(categoryorder="array", categoryarray=labels[kind][::-1], automargin=True, row=row_i)
+    fig.update_layout(title=fig_title("Measured ratios", "95 % CI; diamond: CI clipped (hover); colour: goal"),
+                      legend_title="goal", height=170 + 60 * len(kinds) + 26 * sum(n_labels), margin={"l": 10})
     return fig

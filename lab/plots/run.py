@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 
-from lab.plots.common import PHASE_COLORS
+from lab.plots.common import PHASE_COLORS, fig_title
+from lab.plots.details import FAMILY_FIGURES
 from lab.result import RunResult
 
 
@@ -30,8 +31,9 @@ def phase_breakdown(results: Sequence[RunResult], labels: Sequence[str] | None =
     other = [max(0.0, m.get("total", 0.0) - sum(m.get(p, 0.0) for p in phases)) for m in medians]
     if any(v > 1e-3 for v in other):
         fig.add_bar(name="other", y=labels, x=other, orientation="h", marker_color=PHASE_COLORS["other"])
-    fig.update_layout(barmode="stack", title="Median step time by phase", xaxis_title="ms per step",
-                      legend_title="phase", height=160 + 40 * len(results))
+    fig.update_layout(barmode="stack", title=fig_title("Where the step time goes", "median step, warm-up excluded"),
+                      xaxis_title="ms per step (median)", legend_title="phase", height=180 + 36 * len(results))
+    fig.update_yaxes(automargin=True)
     return fig
 
 
@@ -62,18 +64,10 @@ def _layer_sparsity(result: RunResult) -> go.Figure | None:
     return layer_sparsity_bars(result)
 
 
-def _data_wait(result: RunResult) -> go.Figure | None:
-    if not result.step_times_ms.get("data_wait"):
-        return None
-    from lab.plots.data import wait_timeline
-
-    return wait_timeline({"data wait": result.step_times_ms})
-
-
 # name -> builder(RunResult) -> Figure | None (None: nothing to show for this run). A family with a detail
 # figure adds one entry here; the dashboard shows whatever applies.
 DETAIL_FIGURES: dict[str, Callable[[RunResult], go.Figure | None]] = {
-    "loss scale (fp16)": _loss_scale, "per-layer sparsity": _layer_sparsity, "data wait per step": _data_wait,
+    "loss scale (fp16)": _loss_scale, "per-layer sparsity": _layer_sparsity, **FAMILY_FIGURES,
 }
 
 

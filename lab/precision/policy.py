@@ -117,7 +117,7 @@ class PrecisionPolicy:
     init_scale: float = 2.0 ** 16
     loss_scale_history: list[float] = field(default_factory=list)
     skipped_steps: list[int] = field(default_factory=list)
-    grad_norms: list[float] = field(default_factory=list)
+    grad_norms: list[float | torch.Tensor] = field(default_factory=list)
     layer_dtypes: list[dict[str, Any]] = field(default_factory=list)
     forced_fp32: dict[str, str] = field(default_factory=dict)
 
@@ -204,7 +204,7 @@ class PrecisionPolicy:
         """JSON-safe summary for ``result.details``."""
         return {"dtype": self.dtype, "grad_scaler": bool(self.scaler), "forced_fp32": dict(self.forced_fp32),
                 "loss_scale_history": list(self.loss_scale_history), "skipped_steps": list(self.skipped_steps),
-                "grad_norms": list(self.grad_norms), "layer_dtypes": list(self.layer_dtypes),
+                "grad_norms": [float(g) for g in self.grad_norms], "layer_dtypes": list(self.layer_dtypes),
                 "untouched_by_autocast": self.untouched_by_autocast()}
 
 
@@ -223,11 +223,12 @@ def _fp32_island(forward: Callable[..., Any], device_type: str) -> Callable[...,
     return run_in_fp32
 
 
-def _grad_norm(optimizer: torch.optim.Optimizer) -> float:
+def _grad_norm(optimizer: torch.optim.Optimizer) -> float | torch.Tensor:
     grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
     if not grads:
         return 0.0
-    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+    return norm.detach() if norm.is_cuda else float(norm)  # CUDA: read in diagnostics(), not a sync per step
 
 
 def _record_layer_dtypes(model: nn.Module, policy: PrecisionPolicy) -> Callable[[], None]:

@@ -1,0 +1,117 @@
+"""The Run button's lifecycle: claim the ablation's lock in the store, start the background worker
+(:mod:`lab.ablation.worker`), re-attach after a reload, show progress, cancel.
+
+Why the store and not ``st.session_state``: a reload is a new session and a double click is two reruns;
+only the store (:mod:`lab.ablation.jobs`) is shared by all of them and by the worker process, so it is the
+one place that knows whether an ablation is running and how far it got.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import streamlit as st
+
+from lab import ResultStore
+from lab.ablation import jobs, load_ablation, summarize
+from lab.ablation.runner import Ablation, from_spec, to_spec
+from lab.ablation.worker import log_path
+from lab.ablation.worker import start as start_worker
+
+#: Seconds between progress refreshes while a job runs.
+REFRESH_S = 1.0
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def attached_job(store: ResultStore) -> dict[str, Any] | None:
+    """The job this session shows: the one it started or joined, else (a reload, a new tab) the live one."""
+    key = st.session_state.get("job_key")
+    if key is not None:
+        found = jobs.job(store, key)
+        if found is not None:
+            return found
+    live = jobs.live_jobs(store)
+    if live:
+        st.session_state["job_key"] = live[0]["key"]
+        st.session_state["job_note"] = "Re-attached to the ablation that is running (started before this page loaded)."
+        return live[0]
+    last = jobs.latest_job(store)
+    if last is not None and last["spec"] is not None:  # a reload after the end shows the last results again
+        st.session_state["job_key"] = last["key"]
+        st.session_state["job_note"] = (f"Showing the last ablation run from this dashboard (`{last['key']}`, "
+                                        f"{last['status']}); press Run for a new one.")
+        return last
+    return None
+
+
+def start_or_join(store: ResultStore, ablation: Ablation, repeats: int, seeds: list[int]) -> None:
+    """Claim the key and start a worker; a key that is already running is joined, not started twice."""
+    key = ablation.key
+    st.session_state["job_key"] = key
+    try:
+        token = jobs.claim(store, key, spec=to_spec(ablation, repeats, seeds))
+    except jobs.AlreadyRunning as exc:
+        st.session_state["job_note"] = f"Joined the run in progress: {exc}."
+        return
+    try:
+        start_worker(store.path, key, token)
+    except OSError as exc:
+        jobs.finish(store, key, token, "error", {"error": f"the worker could not start: {exc}"})
+    st.session_state["job_note"] = None
+
+
+def progress_line(job: dict[str, Any]) -> tuple[float, str]:
+    """(fraction done, one line: run i/n, arm, step, elapsed, time left; a heartbeat while no step comes)."""
+    s = job["state"]
+    now = time.time()
+    since = now - s.get("published_at", now)  # the state is as of its last step; the clock runs on
+    total, done = s.get("total") or 0, s.get("done") or 0
+    if not s.get("arm"):
+        return 0.0, f"starting the worker (importing torch, building data); heartbeat {job['age_s']:.0f} s ago"
+    step, steps = s.get("step") or 0, s.get("total_steps")
+    frac = (done + (step / steps if steps else 0.0)) / total if total else 0.0
+    where = f"step {step}/{steps}" if steps else (
+        f"working for {_clock(now - s.get('run_started_at', now))} before its first step (building, compiling or "
+        "measuring)")
+    left = None if s.get("eta_s") is None else max(0.0, s["eta_s"] - since)
+    left_text = f"about {_clock(left)} left" if left is not None else "time left: after the first step"
+    return min(frac, 1.0), (f"run {min(done + 1, total)}/{total}: arm **{s['arm']}** (repeat {s.get('repeat')}, "
+                            f"seed {s.get('seed')}), {where}; elapsed {_clock(now - s.get('started_at', now))}, "
+                            f"{left_text}; heartbeat {job['age_s']:.0f} s ago")
+
+
+@st.fragment(run_every=REFRESH_S)
+def live_progress(key: str) -> None:
+    """Redrawn every second while the job runs; a full rerun when it ends shows the results."""
+    with ResultStore() as store:
+        found = jobs.job(store, key)
+    if found is None or not found["live"]:
+        st.rerun()
+    frac, line = progress_line(found)
+    st.progress(frac, text="running" + (" (cancel requested: stops before the next step)" if found["cancel"] else ""))
+    st.markdown(line)
+
+
+def worker_log_tail(job: dict[str, Any], lines: int = 15) -> str:
+    """The end of the job's worker log (empty when there is none): why a worker died without a word."""
+    try:
+        text = log_path(job["token"]).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def results(store: ResultStore, job: dict[str, Any]) -> tuple[Any, dict] | None:
+    """The finished job's table and runs, rebuilt from its spec and the stored runs (None: no baseline run)."""
+    ablation, repeats, seeds = from_spec(job["spec"])
+    runs = load_ablation(ablation, store, repeats, seeds)
+    if not runs.get("baseline"):
+        return None
+    return summarize(runs, techniques=ablation.techniques, axes=ablation.axes), runs
