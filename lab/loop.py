@@ -92,6 +92,7 @@ class Checkpointer(Protocol):
 
     def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                 policy: StepPolicy) -> tuple[int, list[float]]: ...
+    def due(self, step: int) -> bool: ...
     def save(self, *, step: int, epoch: int, batches_done: int, model: nn.Module,
              optimizer: torch.optim.Optimizer, policy: StepPolicy, losses: list[float]) -> object: ...
 
@@ -219,7 +220,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
                 if step % MEMORY_SAMPLE_EVERY == 0:
                     memory.sample()
                 step += 1
-                if checkpoint is not None:
+                if checkpoint is not None and checkpoint.due(step):
+                    _read_losses(unread, losses, step - 1, epoch, phase)  # the saved losses are complete (CUDA)
                     checkpoint.save(step=step, epoch=epoch, batches_done=(step - epoch * steps_per_epoch) * accum,
                                     model=model, optimizer=optimizer, policy=policy, losses=losses)
                 if progress:

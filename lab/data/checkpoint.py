@@ -124,10 +124,14 @@ class Checkpointer:
         self.start_step = int(state["step"])
         return self.start_step, [float(x) for x in state["losses"].tolist()]
 
+    def due(self, step: int) -> bool:
+        """Whether :meth:`save` writes after ``step`` steps (the loop reads pending losses first)."""
+        return self.folder is not None and bool(self.every) and step % self.every == 0
+
     def save(self, *, step: int, epoch: int, batches_done: int, model: nn.Module, optimizer: torch.optim.Optimizer,
              policy: Any, losses: list[float]) -> Path | None:
         """Write ``latest.pt`` atomically (temporary file + rename) when ``step`` is a multiple of ``every``."""
-        if self.folder is None or not self.every or step % self.every:
+        if not self.due(step):
             return None
         scaler = getattr(policy, "scaler", None)
         state = {"format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch, "batches_done": batches_done,
