@@ -107,3 +107,15 @@ def test_with_overrides_dotted_fields():
         RunConfig().with_overrides(**{"speed.x": 1})
     with pytest.raises(ValueError, match="has no field"):
         RunConfig().with_overrides(**{"data.workers": 1})
+
+
+def test_an_int8_config_always_names_its_flow_and_an_old_record_reads_as_legacy():
+    """pt2e and legacy must never share a stored hash; a record from before PT2E ran the torch.ao flow."""
+    pt2e = RunConfig().with_overrides(**{"quant.method": "static"})
+    legacy = pt2e.with_overrides(**{"quant.flow": "legacy"})
+    assert pt2e.to_dict()["quant"]["flow"] == "pt2e" and pt2e.to_dict() != legacy.to_dict()
+    assert "flow" not in RunConfig().to_dict()["quant"]  # quant off: the baseline's record reads as before
+    old = pt2e.to_dict()
+    del old["quant"]["flow"]
+    assert RunConfig.from_dict(old).quant.flow == "legacy"
+    assert RunConfig.from_dict(pt2e.to_dict()) == pt2e

@@ -153,8 +153,8 @@ class RunConfig:
                 d.pop(key, None)
         for fam, late in _LATE_FAMILY_FIELDS.items():
             for key, default in late.items():
-                if d[fam].get(key) == default:
-                    d[fam].pop(key, None)
+                if d[fam].get(key) == default and not (fam == "quant" and self.quant.enabled):
+                    d[fam].pop(key, None)  # an int8 run always names its flow: pt2e and legacy never share a hash
         return d
 
     @classmethod
@@ -165,6 +165,9 @@ class RunConfig:
             raise ValueError(f"RunConfig.from_dict needs a mapping of RunConfig fields, got {type(d).__name__}")
         d = dict(d)
         kwargs: dict[str, Any] = {}
+        quant = d.get("quant")
+        if isinstance(quant, dict) and quant.get("method", "none") != "none" and "flow" not in quant:
+            d["quant"] = {**quant, "flow": "legacy"}  # stored before PT2E existed: it ran the torch.ao flow
         for name, fam_cls in FAMILIES.items():
             if name in d:
                 kwargs[name] = _family_from_dict(name, fam_cls, d.pop(name))
