@@ -195,16 +195,16 @@ def test_post_training_int8_never_crowned_for_training_and_aa_contains_one(toy_w
     from lab.recipes import from_techniques
 
     base = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=5)
-    ab = from_techniques("axes", base, [["int8_dynamic"], ["bf16"]])
+    ab = from_techniques("axes", base, [["int8_eager"], ["bf16"]])
     df = run_ablation(ab, repeats=3).set_index("arm")
-    assert list(df.index) == ["baseline", "int8_dynamic", "bf16", "aa"]
-    assert math.isnan(df.loc["int8_dynamic", "train_speedup"]) and df.loc["int8_dynamic", "axes"] == "inference,size"
+    assert list(df.index) == ["baseline", "int8_eager", "bf16", "aa"]
+    assert math.isnan(df.loc["int8_eager", "train_speedup"]) and df.loc["int8_eager", "axes"] == "inference,size"
     assert math.isnan(df.loc["bf16", "infer_speedup"])  # inference runs in fp32: no bf16 inference figure
-    assert df.loc["int8_dynamic", "infer_speedup"] > 0 and df.loc["bf16", "train_speedup"] > 0
+    assert df.loc["int8_eager", "infer_speedup"] > 0 and df.loc["bf16", "train_speedup"] > 0
     assert df.loc["aa", "train_speedup_lo"] <= 1.0 <= df.loc["aa", "train_speedup_hi"] or df.loc[
         "aa", "train_speedup_lo"] == pytest.approx(1.0, abs=0.5)
     best = best_under_budget(df.reset_index(), 100.0, "train_speedup")
-    assert best is None or best["arm"] != "int8_dynamic"
+    assert best is None or best["arm"] != "int8_eager"
 
 
 def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workload, private_store, capsys):
