@@ -56,11 +56,11 @@ _COMPILED = tuple((cls, re.compile(rx)) for cls, rx in _RULES)
 
 def normalise_op(name: str) -> str:
     """``aten::addmm`` -> ``addmm``; ``autograd::engine::evaluate_function: AddmmBackward0`` -> ``addmm``;
-    ``EmbeddingBagBackward0`` -> ``embeddingbag``: backward nodes carry the forward op's name."""
+    ``EmbeddingBagBackward0`` -> ``embedding_bag``: backward nodes carry the forward op's name."""
     n = name.split(": ", 1)[-1] if name.startswith("autograd::engine::evaluate_function") else name
     n = n.split("::", 1)[-1] if "::" in n and not n.startswith("quantized::") else n
     n = re.sub(r"Backward\d*$", "", n)
-    return n.lower() if n[:1].isupper() else n
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", n).lower() if n[:1].isupper() else n  # NativeBatchNorm -> native_batch_norm
 
 
 def classify_op(name: str) -> str:
