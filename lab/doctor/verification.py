@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lab.ablation import run_ablation
+from lab.ablation import AA_ARM, run_ablation
 from lab.doctor.diagnosis import Diagnosis
 from lab.doctor.predict import Prediction
 from lab.measure import median
@@ -44,6 +44,7 @@ def compare(predictions: Sequence[Prediction], table: Any) -> list[dict[str, Any
     ``error`` = predicted / measured - 1 (0.1: the doctor promised 10 % more than it got)."""
     rows = []
     by_arm = {r["arm"]: r for r in table.to_dict("records")}
+    aa = by_arm.get(AA_ARM, {})
     for p in predictions:
         got = by_arm.get(p.technique, {})
         col = MEASURED_COLUMN[p.axis]
@@ -51,6 +52,7 @@ def compare(predictions: Sequence[Prediction], table: Any) -> list[dict[str, Any
         rows.append({"technique": p.technique, "axis": p.axis, "predicted": p.speedup, "predicted_lo": p.lo,
                      "predicted_hi": p.hi, "measured": m, "measured_lo": lo, "measured_hi": hi,
                      "error": (p.speedup / m - 1) if m else None, "status": got.get("status", "missing"),
+                     "aa_measured": _num(aa.get(col)),  # the A/A arm on the same axis: this table's noise floor
                      "inside": (lo is not None and hi is not None and p.lo <= hi and lo <= p.hi)})
     return rows
 
