@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from lab.cli import main
-from lab.config import RunConfig
+from lab.config import DataConfig, RunConfig
 from lab.doctor import (
     Rate,
     Rates,
@@ -205,7 +205,7 @@ TRAIN_TECHS = ["bf16", "fused_optim", "prefetch", "workers2", "compile"]
 
 def test_a_slow_data_source_gets_a_loader_first(toy_workload):
     cfg = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=2, epochs=1,
-                    data=RunConfig().data.__class__(loader="naive", storage="object_store"))
+                    data=DataConfig(loader="naive", storage="object_store"))
     d = diagnose(cfg, techniques=TRAIN_TECHS)
     assert d.train.share("data_wait") > 0.5
     assert d.top().technique in ("prefetch", "workers2")

@@ -94,6 +94,8 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
                          if t.overrides.get("precision.dtype") in ("bf16", "fp16")})
         if dtypes and ctx.device.type == "cpu":
             out.precision = rates_.precision_rates(shapes, dtypes)
+        if "fp16" in dtypes:
+            out.grad_scaler = rates_.grad_scaler_rate(model, cfg.optimizer, ctx.resolved.lr)
         if wanted.get("compute.fused_optimizer"):
             out.fused_optimizer = rates_.optimizer_rate(model, cfg.optimizer, ctx.resolved.lr)
         if "quant.method" in wanted:

@@ -50,6 +50,7 @@ class Rates:
 
     precision: dict[tuple[str, str], Rate] = field(default_factory=dict)  # (dtype, linear|conv|rnn)
     fused_optimizer: Rate | None = None
+    grad_scaler: Rate | None = None  # fp16's GradScaler as a rate of the optimizer class (< 1: slower)
     dynamic_int8: Rate | None = None
     fast_kernels: Rate | None = None
     tiny_op_us: float = 5.0
@@ -103,16 +104,22 @@ def _split_matmul(b: Breakdown) -> dict[str, float]:
 
 def predict_precision(name: str, dtype: str, b: Breakdown, r: Rates) -> Prediction:
     parts = _split_matmul(b)
-    rates = {k: r.crossover.get((name, "train_step")) or r.precision.get((dtype, k), ONE)
-             for k, v in parts.items() if v > 0}
-    s, lo, hi = amdahl(parts, rates)
-    main = max(rates, key=lambda k: parts[k]) if rates else None
+    cross = r.crossover.get((name, "train_step"))
+    rates = {k: cross or r.precision.get((dtype, k), ONE) for k, v in parts.items() if v > 0}
+    shares = dict(parts)
+    if dtype == "fp16" and r.grad_scaler is not None and not cross and b.share("optimizer") > 0:
+        shares["optimizer"] = b.share("optimizer")  # loss scaling: unscale + inf check + update every step
+        rates["optimizer"] = r.grad_scaler
+    s, lo, hi = amdahl(shares, rates)
+    main = max((k for k in rates if k in parts), key=lambda k: parts[k], default=None)
     if main is None:
         why = f"no matmul, convolution or RNN in the step: {dtype} has nothing to speed up"
     else:
         rt = rates[main]
         why = (f"{_pct(parts[main])} of the step is fp32 {main} work at sizes where {dtype} ran {rt.value:.2f}x "
                f"here ({rt.source})")
+        if "optimizer" in rates:
+            why += f"; GradScaler makes the optimizer {1 / rates['optimizer'].value:.2f}x slower"
         if b.share("overhead") + b.tiny_share > 0.5:
             why += f"; {_pct(b.share('overhead') + b.tiny_share)} is overhead and tiny ops, which {dtype} cannot touch"
     return Prediction(name, "train_step", s, lo, hi, f"{why} -> {dtype} predicted {_fmt(s, lo, hi)}",

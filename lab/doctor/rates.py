@@ -257,6 +257,30 @@ def optimizer_rate(model: nn.Module, name: str, lr: float) -> Rate | None:
     return _ratio_rate(times["default"], times["fused"], f"{name} step on {len(params)} tensors, default vs fused")
 
 
+def grad_scaler_rate(model: nn.Module, name: str, lr: float) -> Rate | None:
+    """fp16's extra optimizer work: a plain step vs ``GradScaler`` unscale + inf check + step + update, on
+    copies of this model's parameters (as a rate of the optimizer class: below 1 means slower)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        return None
+    ps = [nn.Parameter(p.detach().clone()) for p in params]
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.Adam(ps, lr=lr) if name == "adam" else torch.optim.SGD(ps, lr=lr, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=1_000_000)
+    scaler.scale(torch.ones(()))  # the scale tensor is created on first use
+
+    def scaled() -> None:
+        scaler.step(opt)
+        scaler.update()
+
+    errors: dict[str, str] = {}
+    times = _time_arms({"plain": opt.step, "scaled": scaled}, errors=errors)
+    if "scaled" not in times or "plain" not in times:
+        return None
+    return _ratio_rate(times["plain"], times["scaled"], f"{name} step vs GradScaler step + update")
+
+
 def dynamic_int8_rate(shapes: Shapes, rows: int) -> Rate | None:
     """fp32 vs ``quantize_dynamic`` int8 forward of the largest Linear at ``rows`` rows (the eval batch)."""
     if shapes.linear is None:
@@ -296,5 +320,5 @@ def tiny_op_us() -> float:
 
 
 __all__ = ["CROSSOVER_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes", "crossover_path", "dominant_layers",
-           "dynamic_int8_rate", "find_crossover", "load_crossover", "model_fwd_bwd_rate", "optimizer_rate",
-           "precision_rates", "prior", "tiny_op_us"]
+           "dynamic_int8_rate", "find_crossover", "grad_scaler_rate", "load_crossover", "model_fwd_bwd_rate",
+           "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]
