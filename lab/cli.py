@@ -222,6 +222,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(result.to_json())
     else:
         print(format_result(result, stored_at=stored))
+        prof = result.details.get("profile", {})
+        if "train" in prof:  # --profile: the op-class breakdown and where the trace is
+            from lab.doctor import format_breakdown
+            from lab.measure.profile import Breakdown
+
+            print(format_breakdown(Breakdown.from_dict(prof["train"]), "  profiled training step"))
+            print(f"  trace (open in https://ui.perfetto.dev): {prof.get('trace')}")
     return 0 if result.status == "ok" else 1
 
 

@@ -108,6 +108,33 @@ def test_inference_predictions_follow_the_inference_breakdown():
     assert masks.lo <= 1.0 <= masks.hi  # masks skip no work: ~1.0x
 
 
+def test_the_gate_leaves_out_emulated_precision_and_what_the_baseline_has(monkeypatch, toy_workload):
+    from lab.doctor import diagnosis
+    from lab.precision import Capability
+
+    monkeypatch.setattr(diagnosis, "capability",
+                        lambda dtype, device: Capability(dtype, "cpu", False, "no flags (test)"))
+    base = RunConfig(workload="toy", size="tiny")
+    assert "capability gate: no native bf16" in diagnosis.gate(TECHNIQUES["bf16"], base)
+    assert diagnosis.gate(TECHNIQUES["prefetch"], base.with_overrides(**{"data.loader": "thread"})) == \
+        "already in the baseline"
+    assert "fast_kernels" in diagnosis.gate(TECHNIQUES["fast_kernels"], base)  # toy has none: refused by check
+    assert diagnosis.gate(TECHNIQUES["fused_optim"], base) is None
+
+
+def test_calibration_finds_the_dominant_layers_and_measures_their_rates():
+    from lab.doctor import dominant_layers, optimizer_rate, precision_rates
+
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 2))
+    shapes = dominant_layers(model, (torch.randn(16, 8),))
+    assert shapes.linear[0] is model[2] and tuple(shapes.linear[1]) == (16, 64)
+    assert shapes.conv is None and shapes.rnn is None
+    rates = precision_rates(shapes, ["bf16"])
+    assert set(rates) == {("bf16", "linear")} and rates[("bf16", "linear")].value > 0
+    assert "measured here" in rates[("bf16", "linear")].source
+    assert optimizer_rate(model, "adam", 1e-3).value > 0
+
+
 # ----------------------------------------------------------------------------------------- crossover map
 
 def _map(tmp_path, **extra: object):

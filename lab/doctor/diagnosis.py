@@ -10,12 +10,15 @@ others are listed with the reason they were left out. Taught in ``notebooks/08_d
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from lab.config import RunConfig
 from lab.context import prepare
@@ -78,10 +81,6 @@ def gate(tech: Technique, cfg: RunConfig) -> str | None:
 
 def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
     """The on-the-spot rates the allowed ``techniques`` need, at this model's shapes and the run's threads."""
-    import copy
-
-    import torch
-
     wanted = {k: v for t in techniques for k, v in t.overrides.items()}
     out = Rates()
     with prepare(cfg) as ctx:
