@@ -1,6 +1,6 @@
 """How right is the doctor? Predicted vs measured speedup over many models, and top-1 hits.
 
-    python benchmarks/doctor.py [--quick] [--json PATH]
+    python benchmarks/doctor.py [--quick] [--json PATH] [--cases ctr:small,...] [--techniques a,b] [--merge PATH]
 
 For each case (a built-in workload at a size, or a model of the user-model gallery in ``tests/gallery.py``)
 the doctor profiles a baseline and predicts every technique in the case's list (:func:`lab.doctor.diagnose`);
@@ -13,17 +13,21 @@ into the JSON (``cases``), so where the doctor is wrong can be read off.
 ``--quick``: every built-in at ``tiny`` and two gallery models, training-step techniques without compile,
 loader workers and auto (their runs are the slowest); full: the built-ins at ``tiny`` and ``small`` (the two
 rungs of this branch: no model-scale ladder here), the whole gallery, and the inference techniques too.
+``--cases`` / ``--techniques`` pick a subset; ``--merge PATH`` pools the cases of an earlier JSON with these
+(a second rung measured later) and recomputes the figures over all of them.
 A busy shared 2-core machine: measured speedups carry its noise, and so do the errors.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import emit, figure, parse_args
+from _common import emit, figure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -57,12 +61,24 @@ def run_case(workload: str, size: str, techs: list[str], store: ResultStore) -> 
             "skipped": d.skipped, "median_abs_error": acc["median_abs_error"], "wall_s": time.perf_counter() - t0}
 
 
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the tiny rung and two gallery models")
+    p.add_argument("--json", metavar="PATH", help="write the figures here")
+    p.add_argument("--cases", default="", help="workload:size,... instead of the default set")
+    p.add_argument("--techniques", default="", help="comma-separated, instead of the default set")
+    p.add_argument("--merge", metavar="PATH", help="pool with the cases of this earlier doctor JSON")
+    return p.parse_args()
+
+
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    techs = QUICK_TECHS if args.quick else FULL_TECHS
-    done = []
+    args = parse()
+    techs = [t for t in args.techniques.split(",") if t] or (QUICK_TECHS if args.quick else FULL_TECHS)
+    todo = [tuple(c.split(":", 1)) for c in args.cases.split(",") if c] or cases(args.quick)
+    done = json.loads(Path(args.merge).read_text())["cases"] if args.merge else []
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "doctor.sqlite") as store:
-        for workload, size in cases(args.quick):
+        register_gallery()
+        for workload, size in todo:
             c = run_case(workload, size, techs, store)
             done.append(c)
             print(f"{workload}/{size}: top {c['top']} hit={c['top1_hit']} median |error| "
