@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from lab.config import RunConfig
-from lab.context import prepare
+from lab.context import prepare, resolve_device
 from lab.doctor import rates as rates_
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
 from lab.measure.profile import OP_CLASSES, Breakdown
@@ -73,7 +73,7 @@ def gate(tech: Technique, cfg: RunConfig) -> str | None:
         return "already in the baseline"
     dtype = tech.overrides.get("precision.dtype")
     if dtype in ("bf16", "fp16"):
-        cap = capability(dtype, "cuda" if cfg.device.startswith("cuda") else "cpu")
+        cap = capability(dtype, resolve_device(cfg.device).type)
         if not cap.native:
             return f"capability gate: {cap.why_tag()} (emulated: slower, not predicted)"
     return None
@@ -91,7 +91,7 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
         shapes = rates_.dominant_layers(model, inputs)
         dtypes = sorted({t.overrides["precision.dtype"] for t in techniques
                          if t.overrides.get("precision.dtype") in ("bf16", "fp16")})
-        if dtypes and ctx.device.type == "cpu":
+        if dtypes:
             out.precision = rates_.precision_rates(shapes, dtypes)
         if "fp16" in dtypes:
             out.grad_scaler = rates_.grad_scaler_rate(model, cfg.optimizer, ctx.resolved.lr)

@@ -154,12 +154,13 @@ def _time_arms(arms: dict[str, Callable[[], Any]], *, budget_ms: float = 3.0, re
     """Interleaved ms samples, each a block of enough calls to last about ``budget_ms``; an arm that raises
     (no kernel for that dtype) is left out and its error goes to ``errors``."""
     errors = {} if errors is None else errors
-    first = interleaved_ms(arms, repeats=1, warmup=2, errors=errors)
+    sync = "cuda" if torch.cuda.is_available() else None  # a GPU's kernels are asynchronous: sync each block
+    first = interleaved_ms(arms, repeats=1, warmup=2, errors=errors, sync=sync)
     if not first:
         return {}
     iters = max(1, int(budget_ms / max(min(v[0] for v in first.values()), 1e-3)))
     live = {k: v for k, v in arms.items() if k in first}
-    return interleaved_ms(live, repeats=repeats, warmup=1, iters=min(iters, 200), errors=errors)
+    return interleaved_ms(live, repeats=repeats, warmup=1, iters=min(iters, 200), errors=errors, sync=sync)
 
 
 @dataclass
@@ -202,8 +203,10 @@ def dominant_layers(model: nn.Module, batch: Sequence[torch.Tensor]) -> Shapes:
 
 
 def _fwd_bwd(mod: nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> Callable[[], None]:
+    dev = x.device.type
+
     def call() -> None:
-        ctx = torch.autocast("cpu", dtype=dtype) if dtype is not None else torch.autocast("cpu", enabled=False)
+        ctx = torch.autocast(dev, dtype=dtype) if dtype is not None else torch.autocast(dev, enabled=False)
         with ctx:
             out = mod(x)
         out = out[0] if isinstance(out, tuple) else out
@@ -222,7 +225,7 @@ def precision_rates(shapes: Shapes, dtypes: Sequence[str]) -> dict[tuple[str, st
             continue
         mod, shape = found
         mod = copy.deepcopy(mod).float().train()
-        x = torch.randn(shape)
+        x = torch.randn(shape, device=next(mod.parameters()).device)
         arms = {"fp32": _fwd_bwd(mod, x, None)}
         arms.update({d: _fwd_bwd(mod, x, torch_dtype[d]) for d in dtypes})
         errors: dict[str, str] = {}
@@ -267,8 +270,9 @@ def grad_scaler_rate(model: nn.Module, name: str, lr: float) -> Rate | None:
     for p in ps:
         p.grad = torch.randn_like(p)
     opt = torch.optim.Adam(ps, lr=lr) if name == "adam" else torch.optim.SGD(ps, lr=lr, momentum=0.9)
-    scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=1_000_000)
-    scaler.scale(torch.ones(()))  # the scale tensor is created on first use
+    dev = ps[0].device.type
+    scaler = torch.amp.GradScaler(dev, init_scale=1.0, growth_interval=1_000_000)
+    scaler.scale(torch.ones((), device=ps[0].device))  # the scale tensor is created on first use
 
     def scaled() -> None:
         scaler.step(opt)
