@@ -60,14 +60,19 @@ ANCHORS: dict[str, Anchor] = {
                           "Horovod reports ~90 % scaling efficiency (ResNet-101, 128 GPUs)",
                           "Li et al., PyTorch Distributed (VLDB 2020); Sergeev & Del Balso, Horovod (2018)"),
     "ablation": Anchor("none: the cost of the lab's own ablation machinery", "this project"),
+    "doctor": Anchor("profilers break a step down (HTA's temporal / kernel / idle breakdowns) and advisors prescribe "
+                     "from fixed rules (the TensorBoard profiler's input-pipeline hints, DLProf's expert system) "
+                     "without predicting a speedup or checking one",
+                     "Holistic Trace Analysis docs; NVIDIA DLProf docs"),
     "stacked": Anchor("the seeds' stacked recipes: 24 h -> 16 h (-33 %) and -41.67 % training time, "
                       "i.e. 1.5x and 1.71x", "the project's seed answers (shared/seeds)"),
 }
 BENCHMARK_FAMILY = {"data_loading": "data", "data_threads": "data", "overhead": "overhead", "precision": "precision",
                     "pruning": "pruning",
                     "quantization": "quantization", "distributed": "distributed", "ablation": "ablation",
-                    "stacked": "stacked"}
-FAMILY_ORDER = ("stacked", "data", "precision", "pruning", "quantization", "distributed", "overhead", "ablation")
+                    "stacked": "stacked", "doctor": "doctor"}
+FAMILY_ORDER = ("stacked", "data", "precision", "pruning", "quantization", "distributed", "overhead", "ablation",
+                "doctor")
 
 
 def load_benchmarks(folder: str | Path) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m lab run | runs | export | ablate | bench``.
+"""Command line: ``python -m lab run | runs | export | ablate | bench | doctor``.
 
 The ``run`` flags mirror :class:`lab.config.RunConfig`: a top-level field ``batch_size`` is
 ``--batch-size``, a family field ``data.num_workers`` is ``--data-num-workers``, and the common ones have
@@ -86,14 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run_p = sub.add_parser("run", help="train one configuration and measure it")
-    core = run_p.add_argument_group("run")
-    for f in dataclasses.fields(RunConfig):
-        if f.name not in FAMILIES:
-            _add_field(core, f.name, f)
-    for fam, cls in FAMILIES.items():
-        group = run_p.add_argument_group(fam)
-        for f in dataclasses.fields(cls):
-            _add_field(group, f"{fam}.{f.name}", f)
+    _add_config_fields(run_p)
     out = run_p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the full result as JSON")
     out.add_argument("--store", metavar="PATH", help="results database (default: $LAB_RESULTS_DB or results/)")
@@ -134,7 +127,28 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run nothing: re-render report.json / report.md from the JSON already in --out")
     bench_p.add_argument("--update-readme", action="store_true",
                          help="also rewrite README.md's results table from every benchmarks/results/*/report.json")
+    doc = sub.add_parser("doctor", help="profile a baseline, predict which technique pays here, optionally verify")
+    _add_config_fields(doc)
+    dg = doc.add_argument_group("doctor")
+    dg.add_argument("--verify", type=int, default=0, metavar="K",
+                    help="measure the top K predictions and the baseline in an interleaved ablation")
+    dg.add_argument("--repeats", type=int, default=3, help="repeats per arm when verifying")
+    dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
+    dg.add_argument("--db", default=None, help="results store for the verification runs")
+    dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
     return parser
+
+
+def _add_config_fields(p: argparse.ArgumentParser) -> None:
+    """One flag per config field (``run`` and ``doctor`` take the same configuration)."""
+    core = p.add_argument_group("run")
+    for f in dataclasses.fields(RunConfig):
+        if f.name not in FAMILIES:
+            _add_field(core, f.name, f)
+    for fam, cls in FAMILIES.items():
+        group = p.add_argument_group(fam)
+        for f in dataclasses.fields(cls):
+            _add_field(group, f"{fam}.{f.name}", f)
 
 
 def _writable_file(path: str, flag: str) -> Path:
@@ -208,6 +222,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(result.to_json())
     else:
         print(format_result(result, stored_at=stored))
+        prof = result.details.get("profile", {})
+        if "train" in prof:  # --profile: the op-class breakdown and where the trace is
+            from lab.doctor import format_breakdown
+            from lab.measure.profile import Breakdown
+
+            print(format_breakdown(Breakdown.from_dict(prof["train"]), "  profiled training step"))
+            print(f"  trace (open in https://ui.perfetto.dev): {prof.get('trace')}")
     return 0 if result.status == "ok" else 1
 
 
@@ -315,7 +336,38 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-COMMANDS = {"run": _cmd_run, "runs": _cmd_runs, "export": _cmd_export, "ablate": _cmd_ablate, "bench": _cmd_bench}
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from lab.doctor import diagnose, format_diagnosis, format_verification, verify
+    from lab.store import ResultStore
+
+    if args.verify < 0:
+        raise UsageError(f"--verify {args.verify} is invalid: allowed: >= 0 (0: predict only)")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats {args.repeats} is invalid: allowed: >= 1")
+    cfg = config_from_args(args)
+    if "threads" not in vars(args):  # a fixed thread count for A/B timings on a shared machine (DESIGN.md 5.8)
+        cfg = cfg.with_overrides(threads=1)
+    techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
+    d = diagnose(cfg, techniques=techs)
+    out: dict[str, Any] = d.to_dict()
+    if not args.json:
+        print(format_diagnosis(d))
+    if args.verify:
+        with ResultStore(args.db) as store:
+            rows = verify(d, args.verify, repeats=args.repeats, store=store)
+        out["verification"] = rows
+        if not args.json:
+            print("\nverification (interleaved ablation, " + f"{args.repeats} repeats per arm):")
+            print(format_verification(rows))
+    if args.json:
+        print(json.dumps(out, default=str))
+    return 0
+
+
+COMMANDS = {"run": _cmd_run, "runs": _cmd_runs, "export": _cmd_export, "ablate": _cmd_ablate, "bench": _cmd_bench,
+            "doctor": _cmd_doctor}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
-        if args.command in ("run", "ablate"):
+        if args.command in ("run", "ablate", "doctor"):
             from lab.workloads import list_workloads
 
             list_workloads()  # loads LAB_WORKLOADS now: a broken entry is one line, even for a built-in run

@@ -13,7 +13,10 @@ Run it: ``python -m lab run --workload ctr --size small`` (notebooks/00_tour.ipy
 
 from __future__ import annotations
 
+import copy
+import math
 import traceback
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -30,7 +33,9 @@ from lab.measure import (
     serialized_size_bytes,
     weights_used_per_sample_guard,
 )
+from lab.measure import profile as op_profile
 from lab.result import RunResult
+from lab.store import default_store_path
 from lab.workloads.contract import check_contract
 
 #: Technique packages in the order their doors apply: data builds the loader that distributed slices;
@@ -127,6 +132,7 @@ def _train_and_measure(ctx: TrainContext) -> None:
     hooks.extend(more)
     stats = ctx.fit(model, epochs=r.epochs, lr=r.lr, max_steps=cfg.max_steps, step_hooks=hooks)
     model = distributed.after_training(ctx, model)  # unwrap DDP, describe, leave the group we created
+    to_profile = _copy_or_none(model) if cfg.profile and ctx.ddp is None else None  # before int8 / pruning
     if created_group:
         distributed.finish()
     if not ctx.is_main_rank:
@@ -160,8 +166,69 @@ def _train_and_measure(ctx: TrainContext) -> None:
         progress({"phase": "eval", "metrics": after})
 
     _measure_model(ctx, model)
+    if cfg.profile:
+        profile_run(ctx, to_profile, model)
     if progress:
         progress({"phase": "done"})
+
+
+#: ``--profile``: steps the profiler skips, then records, after (never inside) the timed training.
+PROFILE_WARMUP_STEPS, PROFILE_ACTIVE_STEPS = 2, 5
+
+
+def _copy_or_none(model: nn.Module) -> nn.Module | None:
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # a model that cannot be copied is not profiled; the run itself goes on
+        return None
+
+
+def trace_path_for(run_id: str) -> Path:
+    """Where ``--profile`` writes a run's Chrome trace: beside the results store, ``traces/<run_id>.json``."""
+    return default_store_path().parent / "traces" / f"{run_id}.json"
+
+
+def profile_run(ctx: TrainContext, train_model: nn.Module | None, final_model: nn.Module) -> None:
+    """``--profile``: a few steady-state training steps of a copy of the trained model under ``torch.profiler``
+    (after the timed steps, so the run's timings never include the profiler), the same step the run took
+    (its loader, optimizer and precision; ``torch.compile`` is left out: it applies to the main phase only),
+    and a few inference calls of the final model at the eval batch. Stores the op-class breakdowns in
+    ``details["profile"]`` and the training trace as Chrome-trace JSON (:func:`trace_path_for`)."""
+    result, rec = ctx.result, ctx.result.details.setdefault("profile", {})
+    if train_model is None:
+        rec["note"] = "not profiled: data-parallel run, or a model that cannot be copied"
+        return
+    path = trace_path_for(result.run_id)
+    cap = op_profile.StepCapture(warmup=PROFILE_WARMUP_STEPS, active=PROFILE_ACTIVE_STEPS, trace_path=path,
+                                 cuda=ctx.device.type == "cuda")
+    loader = op_profile.AnnotatedLoader(ctx.make_loader())
+    n = PROFILE_WARMUP_STEPS + PROFILE_ACTIVE_STEPS
+    with cap.running():
+        stats = ctx.fit(train_model, epochs=math.ceil((n + 1) / max(1, len(loader))), lr=ctx.resolved.lr, max_steps=n,
+                        step_hooks=[cap.hook], phase="profile", loader=loader, probe=True)
+    prof_steps = stats.step_times_ms["total"][PROFILE_WARMUP_STEPS:]
+    timed = result.measured_ms()
+    step_ms = float(sorted(timed)[len(timed) // 2]) if timed else sum(prof_steps) / max(1, len(prof_steps))
+    waits = result.measured_ms("data_wait")
+    wait_ms = float(sorted(waits)[len(waits) // 2]) if waits else None
+    train = op_profile.breakdown(cap.events, n_steps=max(1, len(prof_steps)), step_ms=step_ms, data_wait_ms=wait_ms,
+                                 profiled_step_ms=sum(prof_steps) / max(1, len(prof_steps)))
+    rec.update(train=train.to_dict(), trace=str(path) if path.exists() else None,
+               steps={"warmup": PROFILE_WARMUP_STEPS, "active": len(prof_steps)})
+    test = ctx.data.test
+    k = min(ctx.cfg.eval_batch_size, len(test[0]))
+    batch = to_device(tuple(t[:k] for t in test[:-1]), ctx.device)
+    key = f"batch_{k}"
+    was = final_model.training
+    final_model.eval()
+    try:
+        with torch.no_grad():
+            events, wall_ms = op_profile.profile_calls(lambda: final_model(*batch), calls=5)
+    finally:
+        final_model.train(was)
+    lat = result.latency_median_ms(key)
+    rec["inference"] = op_profile.breakdown(events, n_steps=5, step_ms=lat or wall_ms,
+                                            profiled_step_ms=wall_ms).to_dict() | {"batch": k}
 
 
 #: "Clearly better": the trained metric must beat the reference (untrained model, or chance) by 2 % of it.

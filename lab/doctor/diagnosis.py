@@ -1,0 +1,205 @@
+"""``diagnose(cfg)``: a short profiled baseline, this machine's rates, and a ranked prescription.
+
+Why a real run and not a static look at the model: the op mix of a step depends on the batch, the loader,
+the thread count and the machine (the same DLRM is embedding-bound at batch 128 and matmul-bound at 8192),
+so the doctor measures the user's own step, through the same :func:`lab.run` every ablation uses, with
+``profile=True`` (:func:`lab.train.profile_run`). Then every technique in :data:`lab.recipes.TECHNIQUES`
+that the capability gate and the config checks allow gets a prediction (:mod:`lab.doctor.predict`); the
+others are listed with the reason they were left out. Taught in ``notebooks/08_doctor.ipynb``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lab.config import RunConfig
+from lab.context import prepare, resolve_device
+from lab.doctor import rates as rates_
+from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
+from lab.measure.profile import OP_CLASSES, Breakdown
+from lab.precision import capability
+from lab.recipes import TECHNIQUES, Technique
+from lab.result import RunResult
+from lab.train import check, run
+
+
+@dataclass
+class Diagnosis:
+    """What the doctor found: the profiled baseline, its breakdowns, the rates used, the ranked predictions."""
+
+    cfg: RunConfig
+    baseline: RunResult
+    train: Breakdown
+    infer: Breakdown | None
+    rates: Rates
+    rate_source: str
+    predictions: list[Prediction]
+    skipped: dict[str, str] = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+    calibration_s: float = 0.0
+
+    @property
+    def hardware_id(self) -> str:
+        return self.baseline.hardware_id
+
+    def top(self, axis: str = "train_step") -> Prediction | None:
+        return next((p for p in self.predictions if p.axis == axis), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.cfg.workload, "size": self.cfg.size, "hardware_id": self.hardware_id,
+                "baseline_run_id": self.baseline.run_id, "train": self.train.to_dict(),
+                "inference": self.infer.to_dict() if self.infer else None, "rate_source": self.rate_source,
+                "predictions": [p.to_dict() for p in self.predictions], "skipped": dict(self.skipped),
+                "advice": list(self.advice), "calibration_s": self.calibration_s}
+
+
+def gate(tech: Technique, cfg: RunConfig) -> str | None:
+    """Why ``tech`` cannot be tried on ``cfg`` here (``None`` when it can): a config or machine check refuses
+    it, the capability gate calls its precision emulated, or the baseline already uses it."""
+    try:
+        arm = cfg.with_overrides(**tech.overrides)
+        check(arm)
+    except ValueError as exc:
+        return str(exc).split(";")[0]
+    if arm == cfg:
+        return "already in the baseline"
+    dtype = tech.overrides.get("precision.dtype")
+    if dtype in ("bf16", "fp16"):
+        cap = capability(dtype, resolve_device(cfg.device).type)
+        if not cap.native:
+            return f"capability gate: {cap.why_tag()} (emulated: slower, not predicted)"
+    return None
+
+
+def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
+    """The on-the-spot rates the allowed ``techniques`` need, at this model's shapes and the run's threads."""
+    wanted = {k: v for t in techniques for k, v in t.overrides.items()}
+    out = Rates()
+    with prepare(cfg) as ctx:
+        model = ctx.new_model()
+        batch = next(iter(ctx.make_loader()))
+        inputs = tuple(batch[:-1])
+        out.batch_bytes = int(sum(t.numel() * t.element_size() for t in batch))
+        shapes = rates_.dominant_layers(model, inputs)
+        dtypes = sorted({t.overrides["precision.dtype"] for t in techniques
+                         if t.overrides.get("precision.dtype") in ("bf16", "fp16")})
+        if dtypes:
+            out.precision = rates_.precision_rates(shapes, dtypes)
+        if "fp16" in dtypes:
+            out.grad_scaler = rates_.grad_scaler_rate(model, cfg.optimizer, ctx.resolved.lr)
+        if wanted.get("compute.fused_optimizer"):
+            out.fused_optimizer = rates_.optimizer_rate(model, cfg.optimizer, ctx.resolved.lr)
+        if "quant.method" in wanted:
+            rows = min(cfg.eval_batch_size, len(ctx.data.test[0]))
+            out.dynamic_int8 = rates_.dynamic_int8_rate(shapes, rows)
+        if wanted.get("compute.fast_kernels") and ctx.workload.fast_kernels is not None:
+            fast = ctx.workload.fast_kernels(copy.deepcopy(model))
+            out.fast_kernels = rates_.model_fwd_bwd_rate(model, fast, inputs, "the workload's fast kernels vs its "
+                                                         "default forward + backward on one batch")
+        with torch.no_grad():
+            out.tiny_op_us = rates_.tiny_op_us()
+    return out
+
+
+def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Technique], macs: float,
+                     workload: str) -> dict[tuple[str, str], rates_.Rate]:
+    found = {}
+    for t in techniques:
+        for axis in rates_.CROSSOVER_AXES:
+            rate = cmap.rate(t.name, axis, macs, workload)
+            if rate is not None:
+                found[(t.name, axis)] = rate
+    return found
+
+
+def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossover_root: Path | None = None,
+             progress: Any = None) -> Diagnosis:
+    """Profile ``cfg`` once (``profile=True``), gather this machine's rates (the crossover map of its hardware
+    id when there is one, else micro-benchmarks) and predict every allowed technique, ranked."""
+    names = list(TECHNIQUES) if techniques is None else list(techniques)
+    unknown = [n for n in names if n not in TECHNIQUES]
+    if unknown:
+        raise ValueError(f"techniques={unknown} are unknown: allowed: {', '.join(TECHNIQUES)}")
+    base = dataclasses.replace(cfg, profile=True)
+    skipped: dict[str, str] = {}
+    allowed = []
+    for n in names:
+        why = gate(TECHNIQUES[n], cfg)
+        if why:
+            skipped[n] = why
+        else:
+            allowed.append(TECHNIQUES[n])
+    result = run(base, progress=progress, on_error="record")
+    if result.status == "error":
+        raise ValueError(f"the profiled baseline failed: {result.error}")
+    prof = result.details.get("profile", {})
+    if "train" not in prof:
+        raise ValueError(f"the baseline was not profiled: {prof.get('note', 'no profile recorded')}")
+    train = Breakdown.from_dict(prof["train"])
+    infer = Breakdown.from_dict(prof["inference"]) if prof.get("inference") else None
+    t0 = time.perf_counter()
+    cmap = rates_.find_crossover(result.hardware_id, crossover_root)
+    r = calibrate(cfg, allowed)
+    if cmap is not None:
+        r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload)
+        source = f"crossover map {cmap.path} ({len(r.crossover)} technique rates) + on-the-spot micro-benchmarks"
+    else:
+        source = f"no crossover map for {result.hardware_id}: micro-benchmarks on the spot"
+    calib_s = time.perf_counter() - t0
+    preds: list[Prediction] = []
+    precision = [t for t in allowed if t.overrides.get("precision.dtype") in ("bf16", "fp16")]
+    prec_preds = [p for t in precision if (p := predict_technique(t.name, t.overrides, t.axes, train, infer, r))]
+    for t in allowed:
+        p = predict_technique(t.name, t.overrides, t.axes, train, infer, r, prec_preds)
+        if p is None:
+            skipped[t.name] = "no prediction model for what it changes"
+        else:
+            preds.append(p)
+    advice = [larger_batch_advice(train)[1]]
+    return Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
+                     predictions=rank(preds), skipped=skipped, advice=advice, calibration_s=calib_s)
+
+
+def format_breakdown(b: Breakdown, title: str) -> str:
+    rows = [f"{title}: {b.step_ms:.3g} ms" + (f" (under the profiler {b.profiled_step_ms:.3g} ms)"
+                                              if b.profiled_step_ms else "")]
+    for c in OP_CLASSES:
+        if b.ms.get(c, 0.0) > 0:
+            tiny = b.tiny_ms.get(c, 0.0)
+            rows.append(f"  {c:<12} {b.ms[c]:8.3f} ms {100 * b.share(c):5.1f} %"
+                        + (f"   (tiny ops {tiny:.3f} ms)" if tiny > 0 else ""))
+    rows.append(f"  ops per step {b.ops_per_step:.0f}; ops under {5:g} us: {100 * b.tiny_share:.1f} % of the step"
+                + (f"; {b.note}" if b.note else ""))
+    return "\n".join(rows)
+
+
+def format_diagnosis(d: Diagnosis) -> str:
+    """The breakdown, the ranked prescription with a reason each, what was left out and why."""
+    threads = d.baseline.env.get("torch_threads")
+    lines = [f"doctor: {d.cfg.workload}/{d.cfg.size} on {d.hardware_id} (threads {threads})",
+             format_breakdown(d.train, "training step")]
+    if d.infer is not None:
+        batch = d.baseline.details["profile"]["inference"]["batch"]
+        lines.append(format_breakdown(d.infer, f"inference (batch {batch})"))
+    lines.append(f"rates: {d.rate_source} ({d.calibration_s:.1f} s)")
+    for axis, title in (("train_step", "prescription, training step"), ("inference", "prescription, inference")):
+        ps = [p for p in d.predictions if p.axis == axis]
+        if ps:
+            lines.append(f"{title} (best first):")
+            lines += [f"  {i}. {p.technique:<17} {p.speedup:5.2f}x [{p.lo:.2f}, {p.hi:.2f}]  {p.reason}"
+                      for i, p in enumerate(ps, 1)]
+    lines += [f"advice: {a}" for a in d.advice]
+    if d.skipped:
+        lines.append("not predicted: " + "; ".join(f"{k} ({v})" for k, v in d.skipped.items()))
+    return "\n".join(lines)
+
+
+__all__ = ["Diagnosis", "calibrate", "diagnose", "format_breakdown", "format_diagnosis", "gate"]

@@ -1,0 +1,300 @@
+"""From a breakdown and this machine's rates to a predicted speedup per technique, with an interval and a reason.
+
+The model is Amdahl's law over op classes: a technique that makes class ``c`` ``r_c`` times faster turns a
+step of shares ``s_c`` into ``sum(s_c / r_c)`` of its time, so ``predicted = 1 / sum(s_c / r_c)``. Loaders are
+the exception: a prefetcher does not make reading faster, it *overlaps* it with compute, so its step is
+``max(compute, wait) + (1 - e) * min(compute, wait) + handoff`` (overlap efficiency ``e``). Intervals come from
+the rates' intervals by Monte-Carlo (log-normal on each side of the estimate), so a rate measured tightly
+here gives a narrow prediction and a prior gives a wide one. What each technique touches is read from its
+config overrides (``precision.dtype``, ``prune.method``, ``quant.method``, ``data.loader``, ``compute.*``),
+so a technique registered later with the same fields is predicted too. Pure functions: tests feed
+synthetic breakdowns and rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lab.doctor.rates import ONE, Rate, prior
+from lab.measure.profile import Breakdown
+
+#: Classes that forward + backward run (what fast kernels or compile can touch); the rest is data, optimizer, comm.
+COMPUTE = ("matmul", "embedding", "recurrent", "norm", "elementwise", "reduction", "other", "overhead")
+N_SAMPLES = 2000
+
+
+@dataclass
+class Prediction:
+    """One technique's predicted speedup on one axis (``train_step`` or ``inference``)."""
+
+    technique: str
+    axis: str
+    speedup: float
+    lo: float
+    hi: float
+    reason: str
+    sources: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"technique": self.technique, "axis": self.axis, "speedup": self.speedup, "lo": self.lo,
+                "hi": self.hi, "reason": self.reason, "sources": list(self.sources)}
+
+
+@dataclass
+class Rates:
+    """Everything the models read: per-(technique, class) rates, calibrated or from the map, and facts."""
+
+    precision: dict[tuple[str, str], Rate] = field(default_factory=dict)  # (dtype, linear|conv|rnn)
+    fused_optimizer: Rate | None = None
+    grad_scaler: Rate | None = None  # fp16's GradScaler as a rate of the optimizer class (< 1: slower)
+    dynamic_int8: Rate | None = None
+    fast_kernels: Rate | None = None
+    tiny_op_us: float = 5.0
+    crossover: dict[tuple[str, str], Rate] = field(default_factory=dict)  # (technique, axis) from the map
+    batch_bytes: int = 0
+
+
+def _sample(rate: Rate, n: int, rng: np.random.Generator) -> np.ndarray:
+    z = rng.standard_normal(n)
+    up = (np.log(rate.hi) - np.log(rate.value)) / 1.96
+    down = (np.log(rate.value) - np.log(rate.lo)) / 1.96
+    return np.exp(np.log(rate.value) + np.where(z > 0, z * up, z * down))
+
+
+def monte_carlo(time_fraction: Callable[[Mapping[str, Any]], Any], params: Mapping[str, Rate],
+                seed: int = 0) -> tuple[float, float, float]:
+    """``(speedup, lo, hi)`` = 1 / ``time_fraction`` at the central rates, and its 2.5 / 97.5 percentiles
+    over :data:`N_SAMPLES` draws of every rate."""
+    point = 1.0 / float(time_fraction({k: r.value for k, r in params.items()}))
+    rng = np.random.default_rng(seed)
+    draws = 1.0 / np.asarray(time_fraction({k: _sample(r, N_SAMPLES, rng) for k, r in params.items()}))
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return point, float(min(lo, point)), float(max(hi, point))
+
+
+def amdahl(shares: Mapping[str, float], rates: Mapping[str, Rate], seed: int = 0) -> tuple[float, float, float]:
+    """``1 / sum(share_c / rate_c)`` (classes without a rate are unchanged) with its Monte-Carlo interval."""
+    rest = 1.0 - sum(shares[c] for c in rates if c in shares)
+
+    def frac(v: Mapping[str, Any]) -> Any:
+        return rest + sum(shares.get(c, 0.0) / v[c] for c in rates)
+
+    return monte_carlo(frac, rates, seed)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _fmt(s: float, lo: float, hi: float) -> str:
+    return f"{s:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+
+def _split_matmul(b: Breakdown) -> dict[str, float]:
+    """Shares of the step: Linear-type matmul, convolution, recurrent (what precision and int8 act on)."""
+    mm, conv = b.share("matmul"), (b.conv_ms / b.step_ms if b.step_ms > 0 else 0.0)
+    return {"linear": max(mm - conv, 0.0), "conv": conv, "rnn": b.share("recurrent")}
+
+
+# ------------------------------------------------------------------------------------- the models
+
+def predict_precision(name: str, dtype: str, b: Breakdown, r: Rates) -> Prediction:
+    parts = _split_matmul(b)
+    cross = r.crossover.get((name, "train_step"))
+    rates = {k: cross or r.precision.get((dtype, k), ONE) for k, v in parts.items() if v > 0}
+    shares = dict(parts)
+    if dtype == "fp16" and r.grad_scaler is not None and not cross and b.share("optimizer") > 0:
+        shares["optimizer"] = b.share("optimizer")  # loss scaling: unscale + inf check + update every step
+        rates["optimizer"] = r.grad_scaler
+    s, lo, hi = amdahl(shares, rates)
+    main = max((k for k in rates if k in parts), key=lambda k: parts[k], default=None)
+    if main is None:
+        why = f"no matmul, convolution or RNN in the step: {dtype} has nothing to speed up"
+    else:
+        rt = rates[main]
+        why = (f"{_pct(parts[main])} of the step is fp32 {main} work at sizes where {dtype} ran {rt.value:.2f}x "
+               f"here ({rt.source})")
+        if "optimizer" in rates:
+            why += f"; GradScaler makes the optimizer {1 / rates['optimizer'].value:.2f}x slower"
+        if b.share("overhead") + b.tiny_share > 0.5:
+            why += f"; {_pct(b.share('overhead') + b.tiny_share)} is overhead and tiny ops, which {dtype} cannot touch"
+    return Prediction(name, "train_step", s, lo, hi, f"{why} -> {dtype} predicted {_fmt(s, lo, hi)}",
+                      sorted({x.source for x in rates.values()}))
+
+
+def predict_auto(name: str, candidates: list[Prediction]) -> Prediction:
+    """``auto`` keeps fp32 unless a low precision is clearly faster, so it is the best candidate or 1.0."""
+    best = max(candidates, key=lambda p: p.speedup, default=None)
+    if best is not None and best.lo > 1.0 and best.speedup >= 1.05:
+        return Prediction(name, "train_step", best.speedup, best.lo, best.hi,
+                          f"auto should pick {best.technique} ({best.reason.split(' -> ')[0]}) -> predicted "
+                          f"{_fmt(best.speedup, best.lo, best.hi)} per step (its probe costs extra training time)",
+                          best.sources)
+    return Prediction(name, "train_step", 1.0, 0.97, 1.03, "no low precision predicted clearly faster: auto "
+                      "should keep fp32 -> predicted 1.00x per step (plus its probe's cost)", [])
+
+
+def predict_fused(name: str, b: Breakdown, r: Rates) -> Prediction:
+    rate = r.crossover.get((name, "train_step")) or r.fused_optimizer or prior(1.3, 0.8, 2.5, "fused optimizer")
+    s, lo, hi = amdahl({"optimizer": b.share("optimizer")}, {"optimizer": rate})
+    return Prediction(name, "train_step", s, lo, hi,
+                      f"optimizer {_pct(b.share('optimizer'))} of the step, fused step {rate.value:.2f}x here "
+                      f"({rate.source}) -> predicted {_fmt(s, lo, hi)}", [rate.source])
+
+
+def predict_compile(name: str, b: Breakdown, r: Rates) -> Prediction:
+    over = b.share("overhead")
+    tiny = min(b.tiny_share, 1.0 - over)
+    small = {"overhead": over, "tiny": tiny,
+             "fusable": max(b.share("elementwise") + b.share("norm") + b.share("reduction") - tiny, 0.0)}
+    cross = r.crossover.get((name, "train_step"))
+    # Wide priors, centred low: on this project's CPU compiled steps ran from 16x slower (a tiny MLP whose
+    # last partial batch recompiles, guards on every call) to ~2x faster; only the crossover map measures it.
+    rates = {"overhead": cross or prior(1.0, 0.1, 2.5, "compile trades Python between ops for guards and a "
+                                                        "graph call: either way, not measured here"),
+             "tiny": cross or prior(2.0, 0.3, 5.0, "compile fuses tiny ops into one kernel"),
+             "fusable": cross or prior(1.2, 0.3, 2.5, "compile fuses elementwise / normalisation / reductions")}
+    s, lo, hi = amdahl(small, rates)
+    lead = (f"framework overhead {_pct(over)} + tiny ops {_pct(tiny)} of the step -> compile or larger batches "
+            f"first; precision and pruning will not pay at this size" if over + tiny > 0.5 else
+            f"overhead {_pct(over)}, tiny ops {_pct(tiny)}, fusable elementwise {_pct(small['fusable'])}")
+    return Prediction(name, "train_step", s, lo, hi, f"{lead} -> compile predicted {_fmt(s, lo, hi)} per step "
+                      "(compile time not included; a prior: verify it)", sorted({x.source for x in rates.values()}))
+
+
+def predict_fast_kernels(name: str, b: Breakdown, r: Rates, axis: str = "train_step") -> Prediction:
+    rate = r.crossover.get((name, axis)) or r.fast_kernels or ONE
+    shares = {c: b.share(c) for c in COMPUTE}
+    s, lo, hi = amdahl(shares, dict.fromkeys(shares, rate))
+    return Prediction(name, axis, s, lo, hi, f"forward + backward {_pct(sum(shares.values()))} of the step; the "
+                      f"workload's fast kernels ran {rate.value:.2f}x on one batch ({rate.source}) -> predicted "
+                      f"{_fmt(s, lo, hi)}", [rate.source])
+
+
+def predict_loader(name: str, b: Breakdown, workers: int, r: Rates) -> Prediction:
+    """A background loader overlaps the data wait with compute (a thread: ``workers=0``; processes: more)."""
+    wait = b.share("data_wait")
+    compute = 1.0 - wait
+    step_ms = max(b.step_ms, 1e-6)
+    if workers == 0:
+        params = {"eff": Rate(0.9, 0.6, 1.0, "prior: overlap efficiency of a thread (the GIL)"),
+                  "handoff": Rate(0.05 / step_ms, 0.02 / step_ms, 0.3 / step_ms, "prior: queue hand-off per batch"),
+                  "slow": ONE}
+    else:
+        ipc_ms = 0.4 + r.batch_bytes / 1e6  # ~1 GB/s through shared memory, plus a fixed cost per batch
+        params = {"eff": Rate(0.95, 0.7, 1.0, "prior: overlap efficiency of worker processes"),
+                  "handoff": Rate(ipc_ms / step_ms, 0.4 * ipc_ms / step_ms, 3 * ipc_ms / step_ms,
+                                  "prior: inter-process hand-off per batch"),
+                  "slow": Rate(1.1, 1.0, 1.4, "prior: workers share the cores with compute")}
+    per = wait / max(workers, 1)
+
+    def frac(v: Mapping[str, Any]) -> Any:
+        c = compute * v["slow"]
+        return np.maximum(c, per) + (1 - v["eff"]) * np.minimum(c, per) + v["handoff"]
+
+    s, lo, hi = monte_carlo(frac, params)
+    kind = "a thread prefetcher" if workers == 0 else f"{workers} loader worker processes"
+    lead = (f"data wait {_pct(wait)} of the step -> {kind}" if wait >= 0.1 else
+            f"data wait only {_pct(wait)}: {kind} has little to hide and adds a hand-off per batch")
+    return Prediction(name, "train_step", s, lo, hi, f"{lead}, predicted {_fmt(s, lo, hi)}",
+                      sorted({x.source for x in params.values()}))
+
+
+def predict_masks(name: str, amount: float) -> Prediction:
+    rate = prior(1.0, 0.92, 1.08, "masked weights are still multiplied by dense kernels")
+    return Prediction(name, "inference", rate.value, rate.lo, rate.hi,
+                      f"{amount:.0%} of the weights zeroed by masks: dense kernels skip no work -> predicted "
+                      f"{_fmt(rate.value, rate.lo, rate.hi)} ({rate.source})", [rate.source])
+
+
+def predict_channels(name: str, amount: float, b: Breakdown, r: Rates) -> Prediction:
+    cross = r.crossover.get((name, "inference"))
+    tiny_mm = min(b.tiny_ms.get("matmul", 0.0) / max(b.step_ms, 1e-9), b.share("matmul"))
+    shares = {"matmul": b.share("matmul") - tiny_mm, "narrow": b.share("elementwise") + b.share("norm")}
+    keep = 1.0 - amount
+    rates = {"matmul": cross or prior(1 / keep ** 1.5, 1 / keep, 1 / keep ** 2, "MACs of pruned layers shrink "
+                                                                                 "~keep..keep^2"),
+             "narrow": cross or prior(1 / keep ** 0.5, 1.0, 1 / keep, "narrower activations")}
+    s, lo, hi = amdahl(shares, rates)
+    return Prediction(name, "inference", s, lo, hi,
+                      f"non-tiny matmul/conv {_pct(shares['matmul'])} of inference (tiny ones are dispatch-bound and "
+                      f"stay), {amount:.0%} of channels removed -> predicted {_fmt(s, lo, hi)}",
+                      sorted({x.source for x in rates.values()}))
+
+
+def predict_int8(name: str, method: str, b: Breakdown, r: Rates) -> Prediction:
+    parts = _split_matmul(b)
+    cross = r.crossover.get((name, "inference"))
+    lin = r.dynamic_int8 or prior(1.2, 0.6, 2.5, "int8 Linear")
+    rates: dict[str, Rate] = {}
+    if parts["linear"] > 0:
+        rates["linear"] = cross or (lin if method == "dynamic" else
+                                    prior(lin.value * 1.2, lin.lo, lin.hi * 1.5, "static int8 Linear ~ dynamic x1.2"))
+    if parts["conv"] > 0 and method != "dynamic":
+        rates["conv"] = cross or prior(2.2, 1.2, 4.0, "static int8 convolution (oneDNN / fbgemm)")
+    if parts["rnn"] > 0 and method == "dynamic":
+        rates["rnn"] = cross or prior(0.9, 0.5, 1.6, "dynamic int8 LSTM / GRU")
+    shares = dict(parts)
+    if method != "dynamic" and parts["conv"] > 0:
+        shares["norm"] = b.share("norm")  # BatchNorm folds into the int8 convolution
+        rates["norm"] = cross or prior(3.0, 1.5, 10.0, "BatchNorm folded into the convolution")
+    s, lo, hi = amdahl(shares, rates)
+    what = ", ".join(f"{k} {_pct(shares[k])} at {v.value:.2f}x" for k, v in rates.items()) or "nothing int8 can take"
+    return Prediction(name, "inference", s, lo, hi, f"{method} int8 of inference: {what} -> predicted "
+                      f"{_fmt(s, lo, hi)}", sorted({x.source for x in rates.values()}))
+
+
+def predict_technique(name: str, overrides: Mapping[str, Any], axes: tuple[str, ...], train: Breakdown,
+                      infer: Breakdown | None, r: Rates, precision_preds: list[Prediction] | None = None
+                      ) -> Prediction | None:
+    """Dispatch on what the technique's overrides change; ``None`` when no model here covers it."""
+    o = dict(overrides)
+    if "precision.dtype" in o:
+        dtype = o["precision.dtype"]
+        if dtype == "auto":
+            return predict_auto(name, precision_preds or [])
+        return predict_precision(name, dtype, train, r)
+    if o.get("compute.fused_optimizer"):
+        return predict_fused(name, train, r)
+    if o.get("compute.compile"):
+        return predict_compile(name, train, r)
+    if o.get("compute.fast_kernels"):
+        return predict_fast_kernels(name, train, r)
+    if o.get("data.loader") == "thread":
+        return predict_loader(name, train, 0, r)
+    if o.get("data.loader") == "dataloader":
+        return predict_loader(name, train, int(o.get("data.num_workers", 0)), r)
+    if infer is None:
+        return None
+    method = o.get("prune.method")
+    if method == "structured_channels":
+        return predict_channels(name, float(o.get("prune.amount", 0.5)), infer, r)
+    if method in ("l1_unstructured", "global_unstructured", "random_unstructured"):
+        return predict_masks(name, float(o.get("prune.amount", 0.5)))
+    if o.get("quant.method") in ("dynamic", "static", "qat"):
+        return predict_int8(name, o["quant.method"], infer, r)
+    return None
+
+
+def larger_batch_advice(b: Breakdown, factor: int = 2) -> tuple[float, str]:
+    """Per-sample speedup of a ``factor`` times larger batch: per-step costs (overhead, tiny ops, optimizer)
+    are paid once per step, the rest grows with the batch. Advice only: a batch change also changes the
+    optimisation, so it is not a technique the lab verifies."""
+    fixed = min(b.share("overhead") + b.tiny_share + b.share("optimizer"), 1.0)
+    s = factor / (fixed + factor * (1 - fixed))
+    return s, (f"per-step costs (overhead, tiny ops, optimizer) are {_pct(fixed)} of the step -> a {factor}x batch "
+               f"would process samples about {s:.2f}x faster (changes the optimisation: retune the lr)")
+
+
+def rank(predictions: list[Prediction]) -> list[Prediction]:
+    """Best first, per axis (training step first): by the central prediction, ties by the lower bound."""
+    order = {"train_step": 0, "inference": 1}
+    return sorted(predictions, key=lambda p: (order.get(p.axis, 2), -p.speedup, -p.lo))
+
+
+__all__ = ["COMPUTE", "Prediction", "Rates", "amdahl", "larger_batch_advice", "monte_carlo", "predict_technique",
+           "rank"]

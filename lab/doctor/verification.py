@@ -1,0 +1,132 @@
+"""The doctor checks itself: an interleaved ablation of its top predictions, predicted vs measured, kept.
+
+Why keep every check: one prediction that came true says little; the lab's prediction accuracy on this
+hardware id over many models says how far to trust the next one. Each verified technique is one line of
+``<results folder>/doctor/<hardware-id>.jsonl`` (beside the results store, like the traces), appended as it
+is measured; :func:`accuracy` summarises them (median absolute error, top-1 hits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lab.ablation import AA_ARM, run_ablation
+from lab.doctor.diagnosis import Diagnosis
+from lab.doctor.predict import Prediction
+from lab.measure import median
+from lab.recipes import from_techniques
+from lab.result import utc_now_iso
+from lab.store import ResultStore, default_store_path
+
+#: The ablation column that measures each prediction axis.
+MEASURED_COLUMN = {"train_step": "step_speedup", "inference": "infer_speedup"}
+
+
+def history_path(hardware_id: str) -> Path:
+    return default_store_path().parent / "doctor" / f"{hardware_id}.jsonl"
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def compare(predictions: Sequence[Prediction], table: Any) -> list[dict[str, Any]]:
+    """Predicted vs measured, one row per prediction, from :func:`lab.ablation.summarize`'s table.
+    ``error`` = predicted / measured - 1 (0.1: the doctor promised 10 % more than it got)."""
+    rows = []
+    by_arm = {r["arm"]: r for r in table.to_dict("records")}
+    aa = by_arm.get(AA_ARM, {})
+    for p in predictions:
+        got = by_arm.get(p.technique, {})
+        col = MEASURED_COLUMN[p.axis]
+        m, lo, hi = _num(got.get(col)), _num(got.get(f"{col}_lo")), _num(got.get(f"{col}_hi"))
+        rows.append({"technique": p.technique, "axis": p.axis, "predicted": p.speedup, "predicted_lo": p.lo,
+                     "predicted_hi": p.hi, "measured": m, "measured_lo": lo, "measured_hi": hi,
+                     "error": (p.speedup / m - 1) if m else None, "status": got.get("status", "missing"),
+                     "aa_measured": _num(aa.get(col)),  # the A/A arm on the same axis: this table's noise floor
+                     "inside": (lo is not None and hi is not None and p.lo <= hi and lo <= p.hi)})
+    return rows
+
+
+def top1_hit(rows: Sequence[dict[str, Any]], axis: str = "train_step") -> bool | None:
+    """Is the top-ranked technique (the first row of ``axis``) the measured best, or within noise of it
+    (its measured interval reaches the best measured speedup)? ``None`` when nothing was measured."""
+    on = [r for r in rows if r["axis"] == axis and r["measured"] is not None]
+    if not on:
+        return None
+    best = max(r["measured"] for r in on)
+    first = on[0]
+    return bool(first["measured"] >= best or (first["measured_hi"] is not None and first["measured_hi"] >= best))
+
+
+def verify(d: Diagnosis, k: int, *, repeats: int = 3, store: ResultStore | None = None, progress: Any = None,
+           record: bool = True, techniques: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """An interleaved ablation (:func:`lab.ablation.run_ablation`) of the baseline and the top ``k``
+    predictions (or of ``techniques``), then :func:`compare`; appended to :func:`history_path` unless
+    ``record`` is False."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"verify={k!r} is invalid: allowed: an int >= 1 (how many top predictions to measure)")
+    chosen = ([p for p in d.predictions if p.technique in techniques] if techniques is not None
+              else d.predictions[:k])
+    if not chosen:
+        raise ValueError("nothing to verify: the doctor made no prediction")
+    base = dataclasses.replace(d.cfg, profile=False)
+    ablation = from_techniques("doctor", base, [[p.technique] for p in chosen])
+    table = run_ablation(ablation, repeats=repeats, store=store, progress=progress)
+    rows = compare(chosen, table)
+    if record:
+        path = history_path(d.hardware_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            for row in rows:
+                f.write(json.dumps({"at": utc_now_iso(), "workload": d.cfg.workload, "size": d.cfg.size,
+                                    "hardware_id": d.hardware_id, "rate_source": d.rate_source, **row}) + "\n")
+    return rows
+
+
+def load_history(hardware_id: str, path: Path | None = None) -> list[dict[str, Any]]:
+    path = path or history_path(hardware_id)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Median absolute error of predicted vs measured over ``rows`` (those measured), and how many
+    measured speedups fell inside the predicted interval."""
+    errs = [abs(r["error"]) for r in rows if r.get("error") is not None]
+    inside = [bool(r.get("inside")) for r in rows if r.get("measured") is not None]
+    return {"n": len(errs), "median_abs_error": median(errs) if errs else None,
+            "inside_interval": (sum(inside) / len(inside)) if inside else None}
+
+
+def format_verification(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [f"{'technique':<17} {'axis':<10} {'predicted':>22} {'measured':>22} {'error':>7}"]
+    for r in rows:
+        m = ("n/a" if r["measured"] is None else
+             f"{r['measured']:.2f}x" + (f" [{r['measured_lo']:.2f}, {r['measured_hi']:.2f}]"
+                                        if r["measured_lo"] is not None else ""))
+        e = "n/a" if r["error"] is None else f"{100 * r['error']:+.0f} %"
+        lines.append(f"{r['technique']:<17} {r['axis']:<10} {r['predicted']:.2f}x [{r['predicted_lo']:.2f}, "
+                     f"{r['predicted_hi']:.2f}] {m:>22} {e:>7}")
+    acc = accuracy(rows)
+    if acc["n"]:
+        lines.append(f"median absolute error {100 * acc['median_abs_error']:.0f} % over {acc['n']}; measured inside "
+                     f"the predicted interval: {100 * (acc['inside_interval'] or 0):.0f} %")
+    hit = top1_hit(rows)
+    if hit is not None:
+        lines.append(f"top-ranked training technique is the measured best (or within noise): {'yes' if hit else 'no'}")
+    return "\n".join(lines)
+
+
+__all__ = ["MEASURED_COLUMN", "accuracy", "compare", "format_verification", "history_path", "load_history",
+           "top1_hit", "verify"]

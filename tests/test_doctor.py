@@ -1,0 +1,269 @@
+"""lab doctor: Amdahl predictions with intervals, planted bottlenecks get the matching top prescription,
+the crossover-map loader, the verification table and the CLI. No timing assertion: rankings are checked on
+synthetic breakdowns with given rates, and on planted cases extreme enough to hold on a busy machine."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from lab.cli import main
+from lab.config import DataConfig, RunConfig
+from lab.doctor import (
+    Rate,
+    Rates,
+    amdahl,
+    compare,
+    diagnose,
+    find_crossover,
+    format_diagnosis,
+    load_crossover,
+    load_history,
+    predict_technique,
+    rank,
+    top1_hit,
+)
+from lab.measure.profile import OP_CLASSES, Breakdown
+from lab.recipes import TECHNIQUES
+from lab.workloads import Datasets, SizeSpec, Workload, register_workload
+
+
+def _bd(step_ms: float = 10.0, tiny: float = 0.0, **shares: float) -> Breakdown:
+    ms = {c: 0.0 for c in OP_CLASSES}
+    for c, s in shares.items():
+        ms[c] = s * step_ms
+    ms["overhead"] += step_ms - sum(ms.values())
+    return Breakdown(step_ms=step_ms, ms=ms, tiny_ms={"elementwise": tiny * step_ms} if tiny else {})
+
+
+RATES = Rates(precision={("bf16", "linear"): Rate(2.0, 1.8, 2.2, "measured here: test"),
+                         ("fp16", "linear"): Rate(0.9, 0.8, 1.0, "measured here: test")},
+              fused_optimizer=Rate(3.0, 2.5, 3.5, "measured here: test"), batch_bytes=4096)
+
+
+def _ranked(train: Breakdown, infer: Breakdown | None = None, rates: Rates = RATES) -> list:
+    names = [n for n in TECHNIQUES if n != "fast_kernels"]
+    prec = [predict_technique(n, TECHNIQUES[n].overrides, TECHNIQUES[n].axes, train, infer, rates)
+            for n in ("bf16", "fp16")]
+    preds = [predict_technique(n, TECHNIQUES[n].overrides, TECHNIQUES[n].axes, train, infer, rates, prec)
+             for n in names]
+    return rank([p for p in preds if p is not None])
+
+
+def test_amdahl_matches_the_formula_and_unit_rates_change_nothing():
+    s, lo, hi = amdahl({"matmul": 0.6, "optimizer": 0.1}, {"matmul": Rate(2.0, 2.0, 2.0, "x")})
+    assert s == pytest.approx(1 / (0.4 + 0.6 / 2.0))
+    assert lo == pytest.approx(s) and hi == pytest.approx(s)
+    one = amdahl({"matmul": 0.5}, {"matmul": Rate(1.0, 1.0, 1.0, "x")})
+    assert one == pytest.approx((1.0, 1.0, 1.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(share=st.floats(0.0, 1.0), r=st.floats(0.2, 5.0), width=st.floats(1.0, 2.0))
+def test_the_interval_contains_the_estimate_and_stays_within_the_extremes(share, r, width):
+    s, lo, hi = amdahl({"matmul": share}, {"matmul": Rate(r, r / width, r * width, "x")})
+    assert lo <= s <= hi
+    assert lo >= 1 / (1 - share + share / (r / width ** 1.5)) - 1e-9  # log-normal tails stay near the CI
+    assert s == pytest.approx(1 / (1 - share + share / r))
+
+
+def test_planted_data_wait_gets_a_loader_first():
+    top = _ranked(_bd(data_wait=0.8, matmul=0.1, optimizer=0.02))[0]
+    assert top.axis == "train_step" and top.technique in ("prefetch", "workers2")
+    assert "data wait 80 %" in top.reason
+
+
+def test_planted_matmul_gets_precision_first():
+    top = _ranked(_bd(matmul=0.85, optimizer=0.02, data_wait=0.01))[0]
+    assert top.technique in ("bf16", "amp_auto")
+    assert "85 % of the step is fp32 linear" in top.reason and "2.00x here" in top.reason
+
+
+def test_planted_overhead_gets_compile_first_and_batch_advice():
+    from lab.doctor import larger_batch_advice
+
+    b = _bd(tiny=0.3, elementwise=0.35, matmul=0.05, optimizer=0.01)
+    top = _ranked(b)[0]
+    assert top.technique == "compile"
+    assert "compile or larger batches first" in top.reason
+    s, text = larger_batch_advice(b)
+    assert s > 1.3 and "batch" in text
+
+
+def test_planted_optimizer_gets_the_fused_optimizer_first():
+    assert _ranked(_bd(optimizer=0.6, matmul=0.1))[0].technique == "fused_optim"
+
+
+def test_inference_predictions_follow_the_inference_breakdown():
+    preds = _ranked(_bd(matmul=0.5), infer=_bd(matmul=0.9))
+    inf = [p for p in preds if p.axis == "inference"]
+    assert inf[0].technique == "prune_channels50" and inf[0].speedup > 1.5
+    masks = next(p for p in inf if p.technique == "prune50")
+    assert masks.lo <= 1.0 <= masks.hi  # masks skip no work: ~1.0x
+
+
+def test_the_gate_leaves_out_emulated_precision_and_what_the_baseline_has(monkeypatch, toy_workload):
+    from lab.doctor import diagnosis
+    from lab.precision import Capability
+
+    monkeypatch.setattr(diagnosis, "capability",
+                        lambda dtype, device: Capability(dtype, "cpu", False, "no flags (test)"))
+    base = RunConfig(workload="toy", size="tiny")
+    assert "capability gate: no native bf16" in diagnosis.gate(TECHNIQUES["bf16"], base)
+    assert diagnosis.gate(TECHNIQUES["prefetch"], base.with_overrides(**{"data.loader": "thread"})) == \
+        "already in the baseline"
+    assert "fast_kernels" in diagnosis.gate(TECHNIQUES["fast_kernels"], base)  # toy has none: refused by check
+    assert diagnosis.gate(TECHNIQUES["fused_optim"], base) is None
+
+
+def test_calibration_finds_the_dominant_layers_and_measures_their_rates():
+    from lab.doctor import dominant_layers, optimizer_rate, precision_rates
+
+    model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 2))
+    shapes = dominant_layers(model, (torch.randn(16, 8),))
+    assert shapes.linear[0] is model[2] and tuple(shapes.linear[1]) == (16, 64)
+    assert shapes.conv is None and shapes.rnn is None
+    rates = precision_rates(shapes, ["bf16"])
+    assert set(rates) == {("bf16", "linear")} and rates[("bf16", "linear")].value > 0
+    assert "measured here" in rates[("bf16", "linear")].source
+    assert optimizer_rate(model, "adam", 1e-3).value > 0
+
+
+# ----------------------------------------------------------------------------------------- crossover map
+
+def _map(tmp_path, **extra: object):
+    data = {"env": {"hardware_id": "testhw"}, "rows": [
+        {"workload": "ctr", "rung": "s", "params": 1000, "macs_per_sample": 2e6, "technique": "bf16",
+         "axis": "train_step", "speedup": 1.5, "ci_lo": 1.35, "ci_hi": 1.65, "base_ms": 3.0, "tech_ms": 2.0,
+         "regime": "compute", "why": ""}],
+        "crossovers": [], "fits": [
+        {"workload": "ctr", "technique": "bf16", "axis": "train_step", "base_overhead_ms": 1.0,
+         "base_ms_per_mmac": 1.0, "tech_overhead_ms": 1.0, "tech_ms_per_mmac": 0.5, "loo_error": 0.1},
+        {"workload": "vision", "technique": "fused_optimizer", "axis": "train_step", "base_overhead_ms": 2.0,
+         "base_ms_per_mmac": 0.0, "tech_overhead_ms": 1.0, "tech_ms_per_mmac": 0.0, "loo_error": 0.0}], **extra}
+    path = tmp_path / "testhw" / "crossover.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_crossover_loader_evaluates_the_fits_at_the_models_size(tmp_path):
+    _map(tmp_path)
+    cmap = find_crossover("testhw", tmp_path)
+    assert cmap is not None and find_crossover("otherhw", tmp_path) is None
+    r = cmap.rate("bf16", "train_step", 2e6, "ctr")
+    assert r.value == pytest.approx((1 + 2) / (1 + 1))  # (1 + 1*2) / (1 + 0.5*2)
+    assert r.lo < r.value < r.hi and "crossover map" in r.source
+    assert cmap.rate("bf16", "inference", 2e6, "ctr") is None
+    fused = cmap.rate("fused_optim", "train_step", 5e5, "mine")  # crossover name mapped; other workload's fit
+    assert fused.value == pytest.approx(2.0) and "1 workload" in fused.source
+
+
+def test_crossover_loader_refuses_another_schema(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({"rows": [], "fits": [{"workload": "ctr"}]}))
+    with pytest.raises(ValueError, match="a fit lacks"):
+        load_crossover(bad)
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="cannot read a crossover map"):
+        load_crossover(bad)
+
+
+def test_crossover_rates_replace_the_calibrated_ones():
+    r = Rates(precision=dict(RATES.precision), crossover={("bf16", "train_step"): Rate(1.2, 1.1, 1.3, "crossover map")})
+    p = predict_technique("bf16", TECHNIQUES["bf16"].overrides, TECHNIQUES["bf16"].axes, _bd(matmul=1.0), None, r)
+    assert p.speedup == pytest.approx(1.2) and "crossover map" in p.reason
+
+
+# ---------------------------------------------------------------------------------------- verification
+
+def test_compare_and_top1_read_the_ablation_table():
+    from lab.doctor import Prediction
+
+    preds = [Prediction("bf16", "train_step", 1.5, 1.3, 1.7, ""),
+             Prediction("prefetch", "train_step", 1.1, 1.0, 1.2, "")]
+    table = pd.DataFrame([
+        {"arm": "baseline", "step_speedup": 1.0, "step_speedup_lo": 1.0, "step_speedup_hi": 1.0, "status": "ok"},
+        {"arm": "bf16", "step_speedup": 1.2, "step_speedup_lo": 1.1, "step_speedup_hi": 1.45, "status": "ok"},
+        {"arm": "prefetch", "step_speedup": 1.4, "step_speedup_lo": 1.3, "step_speedup_hi": 1.5, "status": "ok"}])
+    rows = compare(preds, table)
+    assert rows[0]["error"] == pytest.approx(1.5 / 1.2 - 1) and rows[0]["inside"]
+    assert top1_hit(rows)  # bf16 measured 1.2 but its interval reaches the best (1.4): within noise
+    rows[0]["measured_hi"] = 1.3
+    assert not top1_hit(rows)
+
+
+# ------------------------------------------------------------------------------------- planted, for real
+
+def _tiny_ops_model(spec: SizeSpec) -> nn.Module:
+    class ManyTinyOps(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+            self.scale = nn.Parameter(torch.ones(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(150):  # 300 ops on a 8x4 tensor: every one is dispatch, none is arithmetic
+                x = torch.tanh(x * self.scale)
+            return self.lin(x)
+
+    return ManyTinyOps()
+
+
+def _tiny_data(spec: SizeSpec, seed: int) -> Datasets:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(spec.n_train + spec.n_test, 4, generator=g)
+    y = (x[:, 0] > 0).long()
+    return Datasets(train=(x[:spec.n_train], y[:spec.n_train]), test=(x[spec.n_train:], y[spec.n_train:]))
+
+
+TINY_OPS = Workload(name="many_tiny_ops", description="300 tiny ops per forward",
+                    sizes=SizeSpec(n_train=96, n_test=32, batch_size=8, epochs=1, lr=1e-3), make_data=_tiny_data,
+                    make_model=_tiny_ops_model, loss=nn.functional.cross_entropy, metric_name="accuracy",
+                    evaluate=lambda out, y: {"accuracy": (out.argmax(1) == y).float().mean().item()})
+TRAIN_TECHS = ["bf16", "fused_optim", "prefetch", "workers2", "compile"]
+
+
+def test_a_slow_data_source_gets_a_loader_first(toy_workload):
+    cfg = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=2, epochs=1,
+                    data=DataConfig(loader="naive", storage="object_store"))
+    d = diagnose(cfg, techniques=TRAIN_TECHS)
+    assert d.train.share("data_wait") > 0.5
+    assert d.top().technique in ("prefetch", "workers2")
+    assert sum(d.train.ms.values()) == pytest.approx(d.train.step_ms, rel=1e-6)
+    assert "data wait" in format_diagnosis(d)
+
+
+def test_many_tiny_ops_get_compile_first():
+    register_workload(TINY_OPS, overwrite=True)
+    d = diagnose(RunConfig(workload="many_tiny_ops", size="tiny", threads=1, latency_repeats=2),
+                 techniques=TRAIN_TECHS)
+    assert d.train.share("overhead") + d.train.tiny_share + d.train.share("elementwise") > 0.6
+    assert d.top().technique == "compile"
+    assert "batch" in d.advice[0]
+
+
+def test_cli_doctor_prints_breakdown_prescription_and_verification(toy_workload, capsys, tmp_path):
+    code = main(["doctor", "--workload", "toy", "--size", "tiny", "--epochs", "1", "--latency-repeats", "2",
+                 "--techniques", "fused_optim,prefetch", "--verify", "1", "--repeats", "1",
+                 "--db", str(tmp_path / "v.sqlite")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "training step:" in out and "prescription, training step" in out and "verification" in out
+    from lab.measure import environment_stamp
+
+    hist = load_history(environment_stamp("cpu")["hardware_id"])
+    assert len(hist) == 1 and hist[0]["workload"] == "toy" and hist[0]["predicted"] > 0
+
+
+@pytest.mark.parametrize("argv", [["--verify", "-1"], ["--techniques", "nope"], ["--repeats", "0"]])
+def test_cli_doctor_bad_input_is_one_line_and_exit_2(toy_workload, capsys, argv):
+    assert main(["doctor", "--workload", "toy", "--size", "tiny", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lab: error:") and len(err.strip().splitlines()) == 1
