@@ -18,7 +18,6 @@ The JSON is the map (``env``, ``rows``, ``crossovers``, ``fits``) inside the ben
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 
 from _common import parse_args
 
@@ -32,7 +31,6 @@ def main() -> None:
     techniques = list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
     the_map = crossover.build_map(WORKLOADS, techniques, quick=args.quick, threads=1,
                                   progress=lambda m: print(m, file=sys.stderr, flush=True))
-    the_map["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     the_map["figures"] = crossover.figures(the_map)
     print("\n".join(crossover.headline_lines(the_map)))
     for f in the_map["figures"]:

@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     cross.add_argument("--workloads", default="ctr,sequence,vision,transformer", help="comma-separated")
     cross.add_argument("--techniques", default="", help="comma-separated (default: all; --quick: the cheap ones)")
     cross.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
-    cross.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 7; --quick 4)")
+    cross.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 5; --quick 4)")
     cross.add_argument("--quick", action="store_true", help="4 rungs per workload, cheap techniques (~2-3 min)")
     cross.add_argument("--json", metavar="PATH", help="write the map here")
     return parser

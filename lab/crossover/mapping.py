@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from lab.context import thread_count
@@ -68,7 +69,7 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
     """Measure and analyse the map. ``rungs`` / ``batch_size`` override the per-workload defaults (all rungs
     and the workload's ``small`` batch; ``quick``: :data:`QUICK_RUNGS` and a quarter of the batch)."""
     check_names(workloads, techniques)
-    repeats = repeats or (4 if quick else 7)
+    repeats = repeats or (4 if quick else 5)
     rows: list[dict[str, Any]] = []
     facts: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -91,6 +92,7 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
                             + row["why"].removeprefix("skipped: ")
     out = analyse(rows, facts)
     out.update({"env": env, "benchmark": "crossover", "quick": quick, "threads": threads,
+                "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "wall_s": round(time.monotonic() - t0, 1)})
     return out
 
