@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -163,3 +164,25 @@ def test_crossover_with_a_required_gain_moves_up_by_the_known_amount() -> None:
     assert crossover_macs(BASE, TECH, 0.05) == pytest.approx((6.3 - 2.0) / (0.05 - 0.02625) * 1e6)
     assert crossover_macs(BASE, Line(1.0, 0.01), 0.05) == 0.0
     assert crossover_macs(BASE, Line(1.0, 0.049), 0.05) is None  # 2 % cheaper per MAC never makes 5 %
+
+
+def test_predicted_vs_measured_puts_an_ablation_beside_the_map() -> None:
+    from lab.crossover import predicted_vs_measured
+    from lab.crossover.fit import predicted_speedup
+    from lab.measure import count_macs
+    from lab.workloads import get_workload
+
+    facts, rows = _synthetic_rows()
+    for f, r in zip(facts, [r for r in rows if r["technique"] == "bf16"], strict=True):
+        f["workload"] = r["workload"] = "sequence"
+    for r in rows:
+        r["workload"] = "sequence"
+    the_map = analyse(rows, facts)
+    table = [{"arm": "bf16", "step_speedup": 0.5, "step_speedup_lo": 0.4, "step_speedup_hi": 0.6},
+             {"arm": "int8_dynamic", "infer_speedup": 1.2, "infer_speedup_lo": 1.1, "infer_speedup_hi": 1.3}]
+    (got,) = predicted_vs_measured(the_map, table, "sequence", size="tiny")  # int8 is not in this map
+    wl = get_workload("sequence")
+    macs = count_macs(wl.make_model(wl.size("tiny")), (torch.zeros(8, 10, 100),)) / 8
+    assert got["arm"] == "bf16" and got["axis"] == "train_step" and got["measured"] == 0.5
+    assert got["predicted"] == pytest.approx(predicted_speedup(BASE, TECH, macs), rel=1e-3)
+    assert got["agrees"] == (0.4 <= got["predicted"] <= 0.6)

@@ -31,12 +31,13 @@ from lab.crossover.mapping import (
 )
 from lab.crossover.place import describe, family_of, place, place_model, place_workload
 from lab.crossover.report import figures, headline_lines
+from lab.crossover.versus import predicted_vs_measured
 from lab.result import to_jsonable
 
 __all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "QUICK_TECHNIQUES", "ROW_KEYS", "TECHNIQUES", "agreement",
            "analyse", "build_map", "check_names", "check_schema", "crossover_macs", "describe", "family_of",
            "figures", "fit_line", "headline_lines", "load_map", "loo_error", "place", "place_model",
-           "place_workload", "predicted_speedup", "regime", "write_map"]
+           "place_workload", "predicted_speedup", "predicted_vs_measured", "regime", "write_map"]
 
 
 def check_schema(the_map: dict[str, Any]) -> None:
