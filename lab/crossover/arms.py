@@ -128,7 +128,7 @@ def _loader_batches(bench: Bench, workers: int) -> Callable[[], tuple[torch.Tens
     return lambda: next(batches)
 
 
-def _native_or_skip(bench: Bench, dtype: str) -> None:
+def _note_emulated(bench: Bench, dtype: str) -> None:
     cap = capability(dtype, "cpu" if bench.inputs[0].device.type == "cpu" else bench.inputs[0].device)
     if not cap.native:
         bench.notes.setdefault(dtype, f"emulated here ({cap.reason}); measured anyway")
@@ -141,6 +141,10 @@ def build_arms(bench: Bench, techniques: list[str], axis: str) -> tuple[dict[str
     bf16 / fp16 / base samples afterwards). A technique that fails to build is skipped with its reason."""
     arms: dict[str, Arm] = {}
     skipped: dict[str, str] = {}
+    if "compile" in techniques:
+        # Every rung's model runs the same forward code, and dynamo keeps at most 8 compiled versions of a code
+        # object: without a reset the 9th compile of a ladder silently runs eager and times nothing compiled.
+        torch._dynamo.reset()
     model = bench.model
     eval_model = copy.deepcopy(model).eval()
     arms["base"] = train_step(bench, model) if axis == TRAIN else inference_call(bench, eval_model)
@@ -151,7 +155,7 @@ def build_arms(bench: Bench, techniques: list[str], axis: str) -> tuple[dict[str
             continue
         try:
             if tech in ("bf16", "fp16"):
-                _native_or_skip(bench, tech)
+                _note_emulated(bench, tech)
                 arms[tech] = train_step(bench, model, policy=PrecisionPolicy(dtype=tech)) if axis == TRAIN \
                     else inference_call(bench, eval_model, dtype=tech)
             elif tech == "auto":
