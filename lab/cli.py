@@ -1,4 +1,4 @@
-"""Command line: ``python -m lab run | runs | export | ablate | bench | doctor``.
+"""Command line: ``python -m lab run | runs | export | ablate | bench | crossover | doctor``.
 
 The ``run`` flags mirror :class:`lab.config.RunConfig`: a top-level field ``batch_size`` is
 ``--batch-size``, a family field ``data.num_workers`` is ``--data-num-workers``, and the common ones have
@@ -136,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
     dg.add_argument("--db", default=None, help="results store for the verification runs")
     dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
+    cross = sub.add_parser("crossover", help="map each technique's speedup against model size (the ladders)")
+    cross.add_argument("--workloads", default="ctr,sequence,vision,transformer", help="comma-separated")
+    cross.add_argument("--techniques", default="", help="comma-separated (default: all; --quick: the cheap ones)")
+    cross.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
+    cross.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 5; --quick 4)")
+    cross.add_argument("--quick", action="store_true", help="4 rungs per workload, cheap techniques (~2-3 min)")
+    cross.add_argument("--json", metavar="PATH", help="write the map here")
     return parser
 
 
@@ -366,8 +373,27 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_crossover(args: argparse.Namespace) -> int:
+    from lab import crossover
+
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] or \
+        list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
+    crossover.check_names(workloads, techniques)
+    RunConfig(threads=args.threads)  # the same threads check as a run: one line, before any work
+    if args.repeats is not None and args.repeats < 3:
+        raise UsageError(f"--repeats {args.repeats}: need >= 3 rounds for a confidence interval")
+    out = _writable_file(args.json, "--json") if args.json else None
+    the_map = crossover.build_map(workloads, techniques, quick=args.quick, threads=args.threads,
+                                  repeats=args.repeats, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print("\n".join(crossover.headline_lines(the_map)))
+    if out is not None:
+        print(f"wrote {crossover.write_map(the_map, out)}")
+    return 0
+
+
 COMMANDS = {"run": _cmd_run, "runs": _cmd_runs, "export": _cmd_export, "ablate": _cmd_ablate, "bench": _cmd_bench,
-            "doctor": _cmd_doctor}
+            "doctor": _cmd_doctor, "crossover": _cmd_crossover}
 
 
 def main(argv: list[str] | None = None) -> int:

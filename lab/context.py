@@ -59,7 +59,7 @@ def resolve_device(name: str) -> torch.device:
 def resolve(cfg: RunConfig) -> Resolved:
     """Fill ``None`` fields from the workload's size spec and pick the device."""
     wl = get_workload(cfg.workload)
-    spec = wl.size(cfg.size)
+    spec = wl.spec_at(cfg.size, cfg.model_scale)  # the size's model, or a ladder rung's on the same data
     return Resolved(workload=wl, spec=spec, device=resolve_device(cfg.device),
                     epochs=cfg.epochs or spec.epochs, batch_size=cfg.batch_size or spec.batch_size,
                     lr=cfg.lr or spec.lr)

@@ -108,6 +108,12 @@ class RunConfig:
         check_int("eval_batch_size", self.eval_batch_size, lo=1, hi=1 << 20)
         check_int("latency_repeats", self.latency_repeats, lo=0, hi=100_000)
         check_choice("model_scale", self.model_scale, MODEL_SCALES, optional=True)
+        if self.model_scale is not None:
+            wl = registered(self.workload)
+            if wl is not None and self.model_scale not in wl.scales:
+                fail("model_scale", self.model_scale, f"workload {self.workload!r} has "
+                     + (f"rungs {', '.join(wl.rungs())}" if wl.scales else "no model-size ladder")
+                     + " (workloads with one: " + ", ".join(n for n in list_workloads() if registered(n).scales) + ")")
         check_bool("profile", self.profile)
         check_int("checkpoint_every", self.checkpoint_every, lo=1, optional=True)
         if self.resume is not None and (not isinstance(self.resume, str) or not self.resume.strip()):

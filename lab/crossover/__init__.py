@@ -1,1 +1,79 @@
-"""Where does it pay? Model-size ladders measured technique by technique, and the crossover map (issue 15)."""
+"""Where does it pay? Each technique's speedup against model size on this machine (issue 15).
+
+The lab's verdicts on its small built-in models are verdicts about dispatch overhead, not about the hardware:
+the same technique that loses at 50 k parameters can win at 5 M. This package measures the training step and
+the inference call of every workload's size ladder (``Workload.scales``) with and without each technique
+(:mod:`.arms`, :mod:`.measure`: interleaved, repeated, bootstrap CIs), fits ``time = overhead + cost x MACs``
+per workload x technique x axis and reads off the crossover (:mod:`.fit`), tags each rung dispatch-,
+memory- or compute-bound with its evidence, writes the map (:mod:`.mapping`) and places any model on it
+(:mod:`.place`). CLI ``python -m lab crossover``; benchmark ``benchmarks/crossover.py``; notebook
+``notebooks/07_scale.ipynb``; dashboard page "Where does it pay?".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from lab.crossover.arms import AXES, TECHNIQUES
+from lab.crossover.fit import Line, crossover_macs, fit_line, loo_error, predicted_speedup, regime
+from lab.crossover.mapping import (
+    CROSSOVER_KEYS,
+    FIT_KEYS,
+    QUICK_TECHNIQUES,
+    ROW_KEYS,
+    agreement,
+    analyse,
+    build_map,
+    check_names,
+)
+from lab.crossover.place import describe, family_of, place, place_model, place_workload
+from lab.crossover.report import figures, headline_lines
+from lab.crossover.versus import predicted_vs_measured
+from lab.result import to_jsonable
+
+__all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "QUICK_TECHNIQUES", "ROW_KEYS", "TECHNIQUES", "agreement",
+           "analyse", "build_map", "check_names", "check_schema", "crossover_macs", "describe", "family_of",
+           "figures", "fit_line", "headline_lines", "load_map", "loo_error", "place", "place_model",
+           "place_workload", "predicted_speedup", "predicted_vs_measured", "regime", "write_map"]
+
+
+def check_schema(the_map: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first missing key of the JSON schema issue 15 fixed."""
+    for key in ("env", "rows", "crossovers", "fits"):
+        if key not in the_map:
+            raise ValueError(f"crossover map lacks {key!r}")
+    for part, keys in (("rows", ROW_KEYS), ("crossovers", CROSSOVER_KEYS), ("fits", FIT_KEYS)):
+        for i, rec in enumerate(the_map[part]):
+            missing = [k for k in keys if k not in rec]
+            if missing:
+                raise ValueError(f"crossover map {part}[{i}] lacks {', '.join(missing)}")
+
+
+def _finite_or_null(obj: Any) -> Any:
+    # Standard JSON has no NaN / Infinity, and the map's readers (lab doctor, a browser) are not Python.
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite_or_null(v) for v in obj]
+    return obj
+
+
+def write_map(the_map: dict[str, Any], path: str | Path) -> Path:
+    """Write the map as JSON (NaN / inf become null), creating the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    full = {**the_map, "figures": the_map.get("figures") or figures(the_map)}
+    path.write_text(json.dumps(_finite_or_null(to_jsonable(full)), indent=1, allow_nan=False))
+    return path
+
+
+def load_map(path: str | Path) -> dict[str, Any]:
+    """A map written by :func:`write_map` (schema checked)."""
+    the_map = json.loads(Path(path).read_text())
+    check_schema(the_map)
+    return the_map

@@ -1,19 +1,21 @@
-"""Workloads: the seeds' three models on data that needs no download, behind one registry.
+"""Workloads: the seeds' three models and a Transformer, on data that needs no download, behind one registry.
 
 Importing this package registers the built-ins ``ctr`` (DLRM on a planted click log), ``sequence`` (LSTM on
-ordered events) and ``vision`` (ResNet on real MNIST digits) through ``register_workload``, the same door a
-user's own workload goes through, from Python, from a spec (``module:NAME`` / ``file.py:NAME``, see
-:mod:`.spec`), from ``LAB_WORKLOADS`` or from a ``lab.workloads`` entry point. Notebook:
-``notebooks/00_tour.ipynb``; README "Bring your own workload".
+ordered events), ``vision`` (ResNet on real MNIST digits) and ``transformer`` (an encoder on ordered token
+streams) through ``register_workload``, the same door a user's own workload goes through, from Python, from
+a spec (``module:NAME`` / ``file.py:NAME``, see :mod:`.spec`), from ``LAB_WORKLOADS`` or from a
+``lab.workloads`` entry point. Each built-in has a model-size ladder (``Workload.scales``, issue 15).
+Notebooks: ``notebooks/00_tour.ipynb``, ``notebooks/07_scale.ipynb``; README "Bring your own workload".
 """
 
 from __future__ import annotations
 
-from . import base, ctr, sequence, vision
-from .base import Datasets, SizeSpec, Workload, register_workload, registered
+from . import base, ctr, sequence, transformer, vision
+from .base import SCALE_NAMES, Datasets, Rung, SizeSpec, Workload, register_workload, registered
 from .spec import ENV_VAR, is_spec, load_environment, load_spec, spec_of
 
-__all__ = ["ENV_VAR", "Datasets", "SizeSpec", "Workload", "get_workload", "is_spec", "list_workloads", "load_spec",
+__all__ = ["ENV_VAR", "SCALE_NAMES", "Datasets", "Rung", "SizeSpec", "Workload", "get_workload", "is_spec",
+           "list_workloads", "load_spec",
            "register_workload", "registered", "spec_of"]
 
 
@@ -35,7 +37,7 @@ def list_workloads() -> list[str]:
     load_environment()
     return base.list_workloads()
 
-for _module in (ctr, sequence, vision):
+for _module in (ctr, sequence, transformer, vision):
     # overwrite=True keeps importlib.reload(lab.workloads) idempotent; a user's duplicate still raises.
     register_workload(_module.WORKLOAD, overwrite=True)
 del _module

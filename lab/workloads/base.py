@@ -9,6 +9,7 @@ Notebook: ``notebooks/00_tour.ipynb``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,19 @@ from torch import nn
 from torch.utils.data import Dataset
 
 REQUIRED_SIZES: tuple[str, ...] = ("tiny", "small", "full")
+#: The model-size rungs a ladder may name (issue 15), smallest first; ``RunConfig.model_scale`` picks one.
+SCALE_NAMES: tuple[str, ...] = ("xs", "s", "m", "l", "xl")
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One step of a model-size ladder: the ``SizeSpec.model`` keys it overrides (width, depth) while the
+    data, batch and learning rate stay the workload's, so a speed figure along the ladder changes one
+    thing: the model. ``speed_only`` rungs are too large to converge on a 2-core CPU in the size's epochs:
+    their speed is measured, their accuracy is not compared."""
+
+    model: dict
+    speed_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,10 +135,32 @@ class Workload:
     #: DLRM's embedding interaction). ``None``: the whole model, its output layer fixed.
     prune_scopes: Callable[[nn.Module], list[tuple[str, nn.Module, list[nn.Module]]]] | None = None
     chance: float | None = None
+    #: Optional model-size ladder ``{rung: Rung}`` over :data:`SCALE_NAMES` (the built-ins have one; a user
+    #: workload may add one): ``RunConfig.model_scale`` builds the rung's model on the same data.
+    scales: dict[str, Rung] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.sizes, SizeSpec):  # one spec serves every size
             object.__setattr__(self, "sizes", dict.fromkeys(REQUIRED_SIZES, self.sizes))
+        unknown = sorted(set(self.scales) - set(SCALE_NAMES))
+        if unknown:
+            raise ValueError(f"workload {self.name!r}: unknown model-scale rung(s) {unknown}; rungs are "
+                             + ", ".join(SCALE_NAMES))
+
+    def rungs(self) -> list[str]:
+        """This workload's ladder rungs, smallest first (empty: no ladder)."""
+        return [r for r in SCALE_NAMES if r in self.scales]
+
+    def spec_at(self, size: str, model_scale: str | None = None) -> SizeSpec:
+        """The spec for ``size`` with the model of rung ``model_scale`` (``None``: the size's own model,
+        unchanged). Only the model keys change: data, batch, epochs and lr stay the size's."""
+        spec = self.size(size)
+        if model_scale is None:
+            return spec
+        if model_scale not in self.scales:
+            have = ", ".join(self.rungs()) or "none: it has no model-size ladder"
+            raise ValueError(f"model_scale={model_scale!r} is invalid for workload {self.name!r}: rungs {have}")
+        return dataclasses.replace(spec, model={**spec.model, **self.scales[model_scale].model})
 
     def size(self, size: str) -> SizeSpec:
         """The spec for ``size``, with an error that lists the sizes this workload has."""

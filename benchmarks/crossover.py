@@ -1,0 +1,45 @@
+"""Where does it pay? Every technique's speedup against model size, on this machine (issue 15).
+
+    python benchmarks/crossover.py [--quick] [--json PATH]
+
+For ctr, sequence, vision and transformer, every rung of the model-size ladder (xs .. xl, >= 100x parameters
+up to >= 5 M) and every technique (bf16, fp16, auto, dynamic / static int8, channel pruning 50 %,
+torch.compile, fused Adam, one DataLoader worker): the speedup of one training step (forward + loss +
+backward + Adam on a fixed batch) and of one inference call, arms interleaved, threads=1, bootstrap 95 % CI;
+then ``time = overhead + cost x MACs`` fitted per workload x technique x axis, the crossover measured
+(smallest rung whose CI lower bound is above 1) and predicted (where the fitted lines cross), a regime tag
+per rung and the leave-one-out error (:mod:`lab.crossover`). Same as ``python -m lab crossover``.
+``--quick``: 4 rungs per workload (still >= 100x parameters), the techniques that are cheap to build (no
+compile, no static int8 calibration, no worker processes), a quarter of each workload's batch, 4 rounds.
+The JSON is the map (``env``, ``rows``, ``crossovers``, ``fits``) inside the benchmark envelope
+(``benchmark``, ``quick``, ``figures``). Goals: see :mod:`lab.crossover.report`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from _common import parse_args
+
+from lab import crossover
+
+WORKLOADS = ["ctr", "sequence", "vision", "transformer"]
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    techniques = list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
+    the_map = crossover.build_map(WORKLOADS, techniques, quick=args.quick, threads=1,
+                                  progress=lambda m: print(m, file=sys.stderr, flush=True))
+    the_map["figures"] = crossover.figures(the_map)
+    print("\n".join(crossover.headline_lines(the_map)))
+    for f in the_map["figures"]:
+        if f["goal"]:
+            print(f"{f['name']:<60} {f['value']:.3g} {f['unit']}  goal {f['goal']}: {'met' if f['met'] else 'NOT met'}")
+    print(f"wall time {the_map['wall_s']:.0f} s")
+    if args.json:
+        print(f"wrote {crossover.write_map(the_map, args.json)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Dashboard page "Where does it pay?": each technique's speedup against model size on this machine, and where
+your model sits on that map (issue 15).
+
+Reads the committed map ``benchmarks/results/<hardware-id>/crossover.json`` (``LAB_CROSSOVER_JSON`` overrides;
+the first ``benchmarks/results/*/crossover.json`` when this machine has none), or measures a small map on
+request (two workloads, three rungs, two techniques: about a minute on 2 cores). Logic lives in
+:mod:`lab.crossover`, figures in :mod:`lab.plots.scale`; the page is thin. Wired into ``dashboard/app.py``'s
+tabs by the lead: ``from page_scale import TITLE, render``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from lab.crossover import build_map, check_schema, place, place_workload
+from lab.measure import environment_stamp
+from lab.plots.scale import crossover_figure, regime_figure
+from lab.workloads import list_workloads
+
+TITLE = "Where does it pay?"
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+ENV_VAR = "LAB_CROSSOVER_JSON"
+
+
+def find_map() -> Path | None:
+    """The map to show: ``$LAB_CROSSOVER_JSON``, this machine's, or the first committed one."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    mine = RESULTS / environment_stamp()["hardware_id"] / "crossover.json"
+    if mine.exists():
+        return mine
+    return next(iter(sorted(RESULTS.glob("*/crossover.json"))), None)
+
+
+@st.cache_data(show_spinner=False)
+def _load(path: str, mtime: float) -> dict[str, Any]:
+    the_map = json.loads(Path(path).read_text())
+    check_schema(the_map)
+    return the_map
+
+
+def _small_map() -> dict[str, Any]:
+    return build_map(["sequence", "transformer"], ["bf16", "dynamic_int8"], repeats=3,
+                     rungs={"sequence": ["xs", "s", "m"], "transformer": ["xs", "s", "m"]},
+                     batch_size={"sequence": 32, "transformer": 16})
+
+
+def render() -> None:
+    st.header(TITLE)
+    st.caption("Speedup of each technique against model size, measured on this machine: one training step and "
+               "one inference call per rung of each workload's size ladder, arms interleaved, bootstrap 95 % CI. "
+               "A star marks the measured crossover (the smallest rung whose CI lower bound is above 1).")
+    path = find_map()
+    if st.button("Measure a small map now (about a minute)", key="scale_run"):
+        with st.spinner("measuring: sequence and transformer, rungs xs..m, bf16 and dynamic int8"):
+            st.session_state["scale_map"] = _small_map()
+    the_map = st.session_state.get("scale_map")
+    if the_map is None:
+        if path is None or not path.exists():
+            st.info("No crossover map yet: run `python -m lab crossover --quick --json "
+                    "benchmarks/results/<hardware-id>/crossover.json`, or press the button above.")
+            return
+        try:
+            the_map = _load(str(path), path.stat().st_mtime)
+        except (OSError, ValueError) as exc:
+            st.error(f"{path}: not a crossover map ({exc})")
+            return
+        st.caption(f"map: `{path}` ({'quick' if the_map.get('quick') else 'full'} settings, "
+                   f"{the_map['env'].get('device_name')}, threads {the_map.get('threads', 1)}; a shared machine)")
+    workloads = list(dict.fromkeys(r["workload"] for r in the_map["rows"]))
+    c1, c2, c3 = st.columns(3)
+    workload = c1.selectbox("workload", workloads, key="scale_workload")
+    axis = c2.radio("axis", ["train_step", "inference"], key="scale_axis", horizontal=True)
+    x = c3.radio("model size as", ["params", "macs"], key="scale_x", horizontal=True)
+    st.subheader("Your model")
+    u1, u2 = st.columns(2)
+    mode = u1.radio("place", ["a workload", "numbers"], key="scale_place_mode", horizontal=True)
+    placed = None
+    try:
+        if mode == "a workload":
+            names = list_workloads()
+            name = u2.selectbox("workload to place", names, key="scale_place_workload",
+                                index=names.index(workload) if workload in names else 0)
+            placed = place_workload(the_map, name, size="small")
+        else:
+            params = u2.number_input("parameters", min_value=1, value=1_000_000, step=100_000, key="scale_params")
+            macs = u2.number_input("MACs per sample", min_value=1.0, value=10e6, step=1e6, key="scale_macs")
+            placed = place(the_map, int(params), float(macs), workload)
+    except ValueError as exc:
+        st.warning(f"cannot place it: {exc}")
+    user_x = None
+    if placed is not None:
+        user_x = placed["params"] if x == "params" else placed["macs_per_sample"]
+        pays = [f"{p['technique']} ({p['axis'].replace('_', ' ')}, x{p['predicted_speedup']:.2f})"
+                for p in placed["predictions"] if p["pays"]]
+        st.markdown(f"**{placed['params']:,} parameters, {placed['macs_per_sample'] / 1e6:.3g} MMACs per sample**, "
+                    f"read against the `{placed['family']}` ladder (nearest rung `{placed['nearest_rung']}`): "
+                    + (("predicted to pay: " + ", ".join(pays)) if pays else "no technique is predicted to pay here."))
+        st.dataframe([{k: p[k] for k in ("technique", "axis", "predicted_speedup", "pays", "loo_error")}
+                      for p in placed["predictions"]], key="scale_predictions")
+        st.caption(placed["note"])
+    st.plotly_chart(crossover_figure(the_map, workload, axis, x=x, user_x=user_x), key="scale_chart")
+    st.subheader("Crossovers")
+    st.dataframe([c for c in the_map["crossovers"] if c["workload"] == workload], key="scale_crossovers")
+    with st.expander("Regimes: why small models lose", expanded=False):
+        st.plotly_chart(regime_figure(the_map, axis), key="scale_regimes")

@@ -1,0 +1,185 @@
+"""The arms of the crossover map: one callable per technique and axis, built on one rung's model and batch.
+
+Why steps and not runs: a crossover map needs dozens of (workload x rung x technique) speed ratios, and a
+speed ratio of the *step* is what a technique changes; full training runs would cost hours and add data,
+evaluation and compile time that the step ratio does not need (the ablation measures those). So every arm
+here is one training step (forward + loss under the technique, backward, optimizer) on a fixed batch, or one
+inference call, built from the same pieces a run uses: the lab's precision policy (autocast + GradScaler),
+``lab.loop.make_optimizer`` (fused), ``lab.quant.quantize`` (dynamic / static int8), ``lab.pruning``'s
+physical channel removal, ``torch.compile``, and ``lab.data.make_loader`` (DataLoader workers).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from lab.config import DataConfig, QuantConfig
+from lab.data import make_loader
+from lab.loop import PLAIN, StepPolicy, make_optimizer
+from lab.measure import count_macs
+from lab.precision import PrecisionPolicy, capability
+from lab.pruning.channels import prune_channels
+from lab.quant.int8 import quantize
+from lab.workloads import Workload
+
+Arm = Callable[[], Any]
+TRAIN, INFER = "train_step", "inference"
+AXES = (TRAIN, INFER)
+
+#: Every technique the map knows, with the axes it can change (DESIGN.md: an arm competes only on the axes
+#: its technique can change: int8 post-training quantization does not touch the training step; ``auto``
+#: and loader workers are decisions about training).
+TECHNIQUES: dict[str, tuple[str, ...]] = {
+    "bf16": (TRAIN, INFER), "fp16": (TRAIN, INFER), "auto": (TRAIN,), "dynamic_int8": (INFER,),
+    "static_int8": (INFER,), "prune50": (TRAIN, INFER), "compile": (TRAIN, INFER), "fused_optimizer": (TRAIN,),
+    "workers": (TRAIN,),
+}
+PRUNE_AMOUNT = 0.5
+
+
+@dataclass
+class Bench:
+    """One rung's fixture: the model (train mode), a fixed batch, the workload and its learning rate."""
+
+    workload: Workload
+    model: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    target: torch.Tensor
+    lr: float
+    train_rows: tuple[torch.Tensor, ...]  # a few batches of training rows for the loaders and calibration
+    notes: dict[str, str] = field(default_factory=dict)  # technique -> why it was skipped
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.target.shape[0])
+
+
+def train_step(bench: Bench, model: nn.Module, *, policy: StepPolicy = PLAIN, fused: bool = False,
+               forward: Callable[..., torch.Tensor] | None = None,
+               batches: Callable[[], tuple[torch.Tensor, ...]] | None = None) -> Arm:
+    """One training step as ``lab.loop.fit`` runs it (zero grad, forward + loss in the policy's autocast,
+    the policy's backward and optimizer step), on the fixed batch or on ``batches()`` when given."""
+    wl = bench.workload
+    optimizer = make_optimizer("adam", [p for p in model.parameters() if p.requires_grad], bench.lr, fused=fused)
+    fwd = model if forward is None else forward
+
+    def step() -> None:
+        if batches is None:
+            inputs, target = bench.inputs, bench.target
+        else:
+            *inputs, target = batches()
+        optimizer.zero_grad(set_to_none=True)
+        with policy.autocast():
+            loss = wl.loss(fwd(*inputs), target)
+        policy.backward(loss)
+        policy.step(optimizer)
+
+    return step
+
+
+def inference_call(bench: Bench, model: nn.Module, *, dtype: str = "fp32") -> Arm:
+    """One no-grad forward of the fixed batch in eval mode (under autocast for a low precision)."""
+    model.eval()
+    policy = PrecisionPolicy(dtype=dtype)
+
+    @torch.no_grad()
+    def call() -> None:
+        with policy.autocast():
+            model(*bench.inputs)
+
+    return call
+
+
+def _pruned(bench: Bench) -> nn.Module:
+    model = copy.deepcopy(bench.model)
+    with warnings.catch_warnings():  # Torch-Pruning's notice about attention's in_proj, once per model
+        warnings.filterwarnings("ignore", message=".*Torch-Pruning will prune the last non-singleton")
+        changed = prune_channels(model, PRUNE_AMOUNT, example_inputs=bench.inputs,
+                                 scopes=bench.workload.prune_scopes)
+    if not any(after < before for before, after in changed.values()):
+        raise ValueError("no channel could be removed (no prunable Linear/Conv output: e.g. an LSTM's gates)")
+    n = min(16, bench.batch_size)
+    rows = tuple(t[:n] for t in bench.inputs)
+    ratio = count_macs(bench.model, rows) / max(1, count_macs(model, rows))
+    bench.notes["prune50"] = f"{PRUNE_AMOUNT:.0%} of the channels removed: {ratio:.2f}x fewer MACs"
+    return model
+
+
+def _int8(bench: Bench, method: str) -> nn.Module:
+    n = max(1, len(bench.train_rows[0]) // bench.batch_size)
+    calib = [tuple(t[i * bench.batch_size:(i + 1) * bench.batch_size] for t in bench.train_rows) for i in range(n)]
+    # The legacy torch.ao flow: eager int8 kernels against the eager fp32 baseline. The PT2E flow compiles the
+    # model with Inductor, so its ratio would mix int8 with compilation; ``compile`` is its own arm here.
+    return quantize(bench.model, QuantConfig(method=method, calibration_batches=min(4, n), flow="legacy"), calib,
+                    example_inputs=bench.inputs)
+
+
+def _loader_batches(bench: Bench, workers: int) -> Callable[[], tuple[torch.Tensor, ...]]:
+    cfg = DataConfig(loader="dataloader", num_workers=workers, persistent_workers=True, prefetch_factor=2) \
+        if workers else DataConfig()
+    loader = make_loader(bench.train_rows, cfg, bench.batch_size, seed=0)
+    batches = itertools.chain.from_iterable(loader for _ in itertools.count())  # endless epochs
+    return lambda: next(batches)
+
+
+def _note_emulated(bench: Bench, dtype: str) -> None:
+    cap = capability(dtype, "cpu" if bench.inputs[0].device.type == "cpu" else bench.inputs[0].device)
+    if not cap.native:
+        bench.notes.setdefault(dtype, f"emulated here ({cap.reason}); measured anyway")
+
+
+def build_arms(bench: Bench, techniques: list[str], axis: str) -> tuple[dict[str, Arm], dict[str, str]]:
+    """``({arm: callable}, {technique: why skipped})`` for ``axis``: a ``base`` arm (the fp32 eager step or
+    call) plus one arm per technique that applies and builds; ``workers`` brings its own baseline
+    (``workers_base``: the same step fed by the in-memory loader), and ``auto`` none (it is decided from the
+    bf16 / fp16 / base samples afterwards). A technique that fails to build is skipped with its reason."""
+    arms: dict[str, Arm] = {}
+    skipped: dict[str, str] = {}
+    if "compile" in techniques:
+        # Every rung's model runs the same forward code, and dynamo keeps at most 8 compiled versions of a code
+        # object: without a reset the 9th compile of a ladder silently runs eager and times nothing compiled.
+        torch._dynamo.reset()
+    model = bench.model
+    eval_model = copy.deepcopy(model).eval()
+    arms["base"] = train_step(bench, model) if axis == TRAIN else inference_call(bench, eval_model)
+    for tech in techniques:
+        if axis not in TECHNIQUES[tech]:
+            skipped[tech] = (f"{tech} cannot change the {axis.replace('_', ' ')} "
+                             f"(its axes: {', '.join(TECHNIQUES[tech])})")
+            continue
+        try:
+            if tech in ("bf16", "fp16"):
+                _note_emulated(bench, tech)
+                arms[tech] = train_step(bench, model, policy=PrecisionPolicy(dtype=tech)) if axis == TRAIN \
+                    else inference_call(bench, eval_model, dtype=tech)
+            elif tech == "auto":
+                if not {"bf16", "fp16"} & set(techniques):
+                    raise ValueError("auto is decided from the bf16 / fp16 arms; ask for them too")
+            elif tech == "fused_optimizer":
+                arms[tech] = train_step(bench, model, fused=True)
+            elif tech == "compile":
+                if axis == TRAIN:
+                    arms[tech] = train_step(bench, model, forward=torch.compile(model))
+                else:
+                    arms[tech] = inference_call(bench, torch.compile(copy.deepcopy(eval_model)))
+            elif tech == "prune50":
+                pruned = _pruned(bench)
+                arms[tech] = train_step(bench, pruned) if axis == TRAIN else inference_call(bench, pruned.eval())
+            elif tech in ("dynamic_int8", "static_int8"):
+                arms[tech] = inference_call(bench, _int8(bench, tech.split("_")[0]))
+            elif tech == "workers":
+                arms["workers_base"] = train_step(bench, model, batches=_loader_batches(bench, 0))
+                arms[tech] = train_step(bench, model, batches=_loader_batches(bench, 1))
+            else:  # pragma: no cover - TECHNIQUES and this switch are kept together
+                raise ValueError(f"unknown technique {tech!r}")
+        except Exception as exc:  # noqa: BLE001 - a technique that cannot apply to this model is a stated skip
+            skipped[tech] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+    return arms, skipped

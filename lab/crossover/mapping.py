@@ -1,0 +1,166 @@
+"""The crossover map: measure every workload x rung x technique, fit the lines, find the crossovers.
+
+:func:`build_map` measures (:mod:`.measure`); :func:`analyse` turns rows into fits, crossovers and regime
+tags (:mod:`.fit`) and is pure, so a stored map can be re-analysed and the tests can feed it synthetic rows.
+The JSON (``benchmarks/results/<hardware-id>/crossover.json``) is ``{"env", "rows", "crossovers", "fits"}``
+as issue 15 fixed it (``lab doctor`` reads it without importing this package), plus the benchmark envelope
+(``benchmark``, ``quick``, ``measured_at``, ``figures``) that ``python -m lab bench`` reports, and
+``rungs`` (each rung's size facts, for placing a user's model). ``null`` where a value does not exist.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from lab.context import thread_count
+from lab.crossover.arms import AXES, TECHNIQUES
+from lab.crossover.fit import (
+    PAYS_GAIN,
+    crossover_macs,
+    first_paying_rung,
+    fit_line,
+    loo_error,
+    params_at,
+    regime,
+    rung_of_macs,
+    within_one_rung,
+)
+from lab.crossover.measure import SLOW_MARK, ProgressFn, measure_rung
+from lab.measure import environment_stamp
+from lab.workloads import SCALE_NAMES, get_workload
+
+ROW_KEYS = ("workload", "rung", "params", "macs_per_sample", "technique", "axis", "speedup", "ci_lo", "ci_hi",
+            "base_ms", "tech_ms", "regime", "why")
+CROSSOVER_KEYS = ("workload", "technique", "axis", "measured_params", "measured_macs", "predicted_params",
+                  "predicted_macs")
+FIT_KEYS = ("workload", "technique", "axis", "base_overhead_ms", "base_ms_per_mmac", "tech_overhead_ms",
+            "tech_ms_per_mmac", "loo_error")
+#: ``--quick``: techniques cheap to build (no compile, no FX calibration, no worker processes) and, per
+#: workload, the four rungs that span >= 100x parameters (ctr's embeddings make its lower rungs close).
+QUICK_TECHNIQUES = ("bf16", "fp16", "auto", "dynamic_int8", "prune50", "fused_optimizer")
+QUICK_RUNGS = {"ctr": ("xs", "s", "m", "xl")}
+QUICK_BATCH_DIVISOR = 4  # quick: a quarter of the workload's batch (the fits say per which batch)
+
+
+def check_names(workloads: Sequence[str], techniques: Sequence[str]) -> None:
+    """One ``ValueError`` line for an unknown technique or a workload without a ladder, before any work."""
+    unknown = [t for t in techniques if t not in TECHNIQUES]
+    if unknown:
+        raise ValueError(f"unknown technique(s) {', '.join(unknown)}; known: {', '.join(TECHNIQUES)}")
+    for name in workloads:
+        wl = get_workload(name)  # unknown names raise with the list
+        if not wl.scales:
+            raise ValueError(f"workload {name!r} has no model-size ladder (Workload.scales); the map needs one")
+
+
+def default_rungs(name: str, quick: bool) -> list[str]:
+    rungs = get_workload(name).rungs()
+    if not quick:
+        return rungs
+    return [r for r in QUICK_RUNGS.get(name, ("xs", "s", "m", "l")) if r in rungs]
+
+
+def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: bool = False, threads: int = 1,
+              repeats: int | None = None, rungs: dict[str, Sequence[str]] | None = None,
+              batch_size: dict[str, int] | None = None, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Measure and analyse the map. ``rungs`` / ``batch_size`` override the per-workload defaults (all rungs
+    and the workload's ``small`` batch; ``quick``: :data:`QUICK_RUNGS` and a quarter of the batch)."""
+    check_names(workloads, techniques)
+    repeats = repeats or (4 if quick else 5)
+    rows: list[dict[str, Any]] = []
+    facts: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    with thread_count(threads):
+        env = environment_stamp("cpu")
+        for name in workloads:
+            wl = get_workload(name)
+            batch = (batch_size or {}).get(name)
+            if batch is None and quick:
+                batch = max(8, wl.size("small").batch_size // QUICK_BATCH_DIVISOR)
+            too_slow: dict[tuple[str, str], str] = {}
+            for rung in (rungs or {}).get(name) or default_rungs(name, quick):
+                f, r = measure_rung(wl, rung, list(techniques), repeats=repeats, block_ms=15.0 if quick else 40.0,
+                                    batch_size=batch, skip=too_slow, progress=progress)
+                facts.append(f)
+                rows += r
+                for row in r:  # a pathologically slow arm only gets slower with size: not built again above
+                    if SLOW_MARK in (row.get("why") or "") and (row["technique"], row["axis"]) not in too_slow:
+                        too_slow[(row["technique"], row["axis"])] = f"not measured above rung {rung}, where it was " \
+                            + row["why"].removeprefix("skipped: ")
+    out = analyse(rows, facts)
+    out.update({"env": env, "benchmark": "crossover", "quick": quick, "threads": threads,
+                "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "wall_s": round(time.monotonic() - t0, 1)})
+    return out
+
+
+def _order(rung: str) -> int:
+    return SCALE_NAMES.index(rung) if rung in SCALE_NAMES else len(SCALE_NAMES)
+
+
+def analyse(rows: list[dict[str, Any]], facts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fits, crossovers and regime tags for measured ``rows`` (mutated: ``regime`` and ``why`` filled).
+    ``facts``: per rung ``workload, rung, params, macs_per_sample, batch_size`` (+ ``weight_params``)."""
+    fits, crossovers = [], []
+    by_rung = {(f["workload"], f["rung"]): f for f in facts}
+    for name in dict.fromkeys(f["workload"] for f in facts):
+        ladder = sorted((f for f in facts if f["workload"] == name), key=lambda f: _order(f["rung"]))
+        for axis in AXES:
+            here = [r for r in rows if r["workload"] == name and r["axis"] == axis]
+            base_of = {r["rung"]: r["base_ms"] for r in here
+                       if r["base_ms"] is not None and r["technique"] != "workers"}
+            base_line = fit_line([by_rung[(name, g)]["macs_per_sample"] for g in base_of], list(base_of.values())) \
+                if len(base_of) >= 2 else None
+            for r in here:
+                f = by_rung[(name, r["rung"])]
+                if base_line is None or r["rung"] not in base_of:
+                    r["regime"] = None
+                    r["why"] = r.get("why") or ""
+                    continue
+                weights = f.get("weight_params", {}).get(axis, f["params"])
+                tag, evidence = regime(base_line, base_of[r["rung"]], f["macs_per_sample"], f["batch_size"],
+                                       weights, axis)
+                r["regime"] = tag
+                r["why"] = f"{tag}: {evidence}" + (f"; {r['why']}" if r.get("why") else "")
+            for tech in dict.fromkeys(r["technique"] for r in here):
+                fit, cross = _pair(name, tech, axis, ladder, [r for r in here if r["technique"] == tech])
+                if fit is not None:
+                    fits.append(fit)
+                    crossovers.append(cross)
+    return {"rows": [{k: r.get(k) for k in ROW_KEYS} for r in rows], "crossovers": crossovers, "fits": fits,
+            "rungs": facts}
+
+
+def _pair(name: str, tech: str, axis: str, ladder: list[dict[str, Any]],
+          rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    got = {r["rung"]: r for r in rows if r["speedup"] is not None}
+    steps = [f for f in ladder if f["rung"] in got]
+    if len(steps) < 2:
+        return None, None
+    macs = [f["macs_per_sample"] for f in steps]
+    base_ms = [got[f["rung"]]["base_ms"] for f in steps]
+    tech_ms = [got[f["rung"]]["tech_ms"] for f in steps]
+    base, t = fit_line(macs, base_ms), fit_line(macs, tech_ms)
+    fit = {"workload": name, "technique": tech, "axis": axis, "base_overhead_ms": base.overhead_ms,
+           "base_ms_per_mmac": base.ms_per_mmac, "tech_overhead_ms": t.overhead_ms, "tech_ms_per_mmac": t.ms_per_mmac,
+           "loo_error": loo_error(macs, base_ms, tech_ms)}
+    measured = first_paying_rung([got[f["rung"]]["ci_lo"] for f in steps], [got[f["rung"]]["ci_hi"] for f in steps])
+    pred_macs = crossover_macs(base, t, PAYS_GAIN)
+    pred_idx = rung_of_macs(macs, pred_macs)
+    cross = {"workload": name, "technique": tech, "axis": axis,
+             "measured_params": steps[measured]["params"] if measured is not None else None,
+             "measured_macs": steps[measured]["macs_per_sample"] if measured is not None else None,
+             "predicted_params": params_at(macs, [f["params"] for f in steps], pred_macs), "predicted_macs": pred_macs,
+             "measured_rung": steps[measured]["rung"] if measured is not None else None,
+             "predicted_rung": (steps[pred_idx]["rung"] if pred_idx < len(steps) else "above the ladder")
+             if pred_idx is not None else None,
+             "within_one_rung": within_one_rung(measured, pred_idx, len(steps))}
+    return fit, cross
+
+
+def agreement(crossovers: list[dict[str, Any]]) -> tuple[int, int]:
+    """(pairs whose predicted crossover lands within one rung of the measured one, pairs)."""
+    return sum(1 for c in crossovers if c.get("within_one_rung")), len(crossovers)

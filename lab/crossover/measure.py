@@ -1,0 +1,159 @@
+"""Measure one rung: every technique's speedup of the training step and of inference, arms interleaved.
+
+Per axis, the ``base`` arm and every technique's arm run in one :func:`lab.measure.interleaved_ms` loop
+(base, bf16, fp16, ..., base, bf16, ...), so the machine's drift hits all alike and the baseline is shared;
+a sample is a block of ``iters`` calls sized to ``block_ms`` from the base arm's own time (short calls are
+batched, because one ~1 ms call is mostly clock noise on a shared box). A speedup is the ratio of medians
+with the bootstrap 95 % CI of :func:`lab.measure.bootstrap_ratio_ci`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from lab.context import seed_everything
+from lab.crossover.arms import AXES, TECHNIQUES, TRAIN, Bench, build_arms
+from lab.measure import bootstrap_ratio_ci, count_macs, count_params, interleaved_ms, median, weights_used_per_sample
+from lab.precision import capability, decide_auto
+from lab.workloads import Workload
+
+ProgressFn = Callable[[str], None]
+
+
+def make_bench(wl: Workload, rung: str | None, *, size: str = "small", batch_size: int | None = None) -> Bench:
+    """The rung's model (seeded) on a fixed batch of the workload's own data at ``size`` (its batch size
+    unless ``batch_size``), with a few batches of training rows for loaders and calibration."""
+    spec = wl.spec_at(size, rung)
+    batch = batch_size or spec.batch_size
+    data_spec = dataclasses.replace(spec, n_train=batch * 6, n_test=max(1, batch // 4))
+    data = wl.make_data(data_spec, 0)
+    rows = tuple(t[: batch * 6] for t in data.train)
+    seed_everything(0)
+    model = wl.make_model(spec)
+    return Bench(workload=wl, model=model, inputs=tuple(t[:batch] for t in rows[:-1]), target=rows[-1][:batch],
+                 lr=spec.lr, train_rows=rows)
+
+
+def size_of(bench: Bench) -> tuple[int, float]:
+    """(parameters, MACs per sample of one forward) of the rung's model (MACs counted on <= 16 rows)."""
+    n = min(16, bench.batch_size)
+    macs = count_macs(bench.model, tuple(t[:n] for t in bench.inputs))
+    return count_params(bench.model), macs / n
+
+
+def _row(base: list[float], tech: list[float], **facts: Any) -> dict[str, Any]:
+    est, lo, hi = bootstrap_ratio_ci(base, tech)
+    return {**facts, "speedup": est, "ci_lo": lo, "ci_hi": hi, "base_ms": median(base), "tech_ms": median(tech)}
+
+
+def _skip_row(why: str, **facts: Any) -> dict[str, Any]:
+    return {**facts, "speedup": None, "ci_lo": None, "ci_hi": None, "base_ms": None, "tech_ms": None,
+            "why": f"skipped: {why}"}
+
+
+#: An arm this many times slower than the fp32 one on a single (warm) call is not timed further: a layer
+#: without a fast kernel for the technique fell back to a reference path (fp16 convolution backward on a
+#: CPU took 63 s against 0.24 s in fp32 here), and timing it would cost minutes to show what one call shows.
+SLOW_FACTOR = 8.0
+SLOW_MARK = "slower than fp32 on a single call"
+#: ...and only when that costs real time: a 2 ms call that read 21 ms once on this shared box is contention,
+#: cheap to time properly, and dropping it would drop the technique from every larger rung too.
+SLOW_MIN_EXTRA_MS = 100.0
+
+
+def _one_call_ms(arm: Callable[[], Any], budget_ms: float = 200.0) -> float:
+    """The fastest of up to 3 warm calls (fewer when a call is long): one call on a shared box can be hit by
+    a context switch, and a probe that drops an arm must not be fooled by one."""
+    arm()  # warm: first-call allocation, torch.compile's compilation
+    best, spent = math.inf, 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        arm()
+        ms = (time.perf_counter() - t0) * 1e3
+        best, spent = min(best, ms), spent + ms
+        if spent > budget_ms:
+            break
+    return best
+
+
+def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int, block_ms: float,
+                 facts: dict[str, Any], deadline: float | None = None,
+                 skip: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The rows of one axis of one rung (one per technique, skipped ones with their reason); ``skip``:
+    technique -> reason not to measure it here (it was pathologically slow on a smaller rung)."""
+    skip = skip or {}
+    arms, skipped = build_arms(bench, [t for t in techniques if t not in skip], axis)
+    skipped.update(skip)
+    base_ms = _one_call_ms(arms["base"])
+    iters = max(1, min(64, math.ceil(block_ms / max(base_ms, 1e-3))))
+    errors: dict[str, str] = {}
+    for name in [n for n in arms if n not in ("base", "workers_base")]:
+        try:
+            ms = _one_call_ms(arms[name])
+        except Exception as exc:  # noqa: BLE001 - reported as the technique's skip reason
+            errors[name] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+            del arms[name]
+            continue
+        if ms > SLOW_FACTOR * base_ms and ms - base_ms > SLOW_MIN_EXTRA_MS:
+            errors[name] = (f"x{ms / base_ms:.0f} {SLOW_MARK} ({ms:.0f} ms vs {base_ms:.3g} ms): a layer without a "
+                            f"fast {name} kernel on this machine runs a reference path; not timed further")
+            del arms[name]
+    samples = interleaved_ms(arms, repeats=repeats, warmup=1, iters=iters, deadline=deadline, errors=errors)
+    base = samples.get("base")
+    rows = []
+    for tech in techniques:
+        here = {**facts, "technique": tech, "axis": axis}
+        if tech in skipped or tech in errors or base is None:
+            rows.append(_skip_row(skipped.get(tech) or errors.get(tech) or errors.get("base", "base arm failed"),
+                                  **here))
+            continue
+        note = bench.notes.get(tech, "")
+        if tech == "auto":
+            low = {d: samples[d] for d in ("bf16", "fp16") if d in samples}
+            choice, why = decide_auto({"fp32": base, **low}, {d: capability(d, "cpu") for d in low})
+            rows.append({**_row(base, samples.get(choice, base), **here), "why": why})
+            continue
+        if tech == "workers":
+            if "workers_base" not in samples:
+                rows.append(_skip_row(errors.get("workers_base", "in-memory loader arm failed"), **here))
+                continue
+            note = ("vs the same step fed by the in-memory loader; 1 DataLoader worker process on the same "
+                    "cores as compute")
+            rows.append({**_row(samples["workers_base"], samples[tech], **here), "why": note})
+            continue
+        rows.append({**_row(base, samples[tech], **here), "why": note})
+    return rows
+
+
+def measure_rung(wl: Workload, rung: str, techniques: list[str], *, repeats: int = 7, block_ms: float = 40.0,
+                 size: str = "small", batch_size: int | None = None, deadline: float | None = None,
+                 skip: dict[tuple[str, str], str] | None = None,
+                 progress: ProgressFn | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(facts, rows)`` of one rung: facts = workload, rung, params, macs_per_sample; rows as in the JSON
+    (without ``regime``, which needs the whole ladder's fit). Both axes; a technique is measured on the
+    axes it can change (:data:`TECHNIQUES`), the others are skipped rows with the reason."""
+    unknown = sorted(set(techniques) - set(TECHNIQUES))
+    if unknown:
+        raise ValueError(f"unknown technique(s) {', '.join(unknown)}; known: {', '.join(TECHNIQUES)}")
+    bench = make_bench(wl, rung, size=size, batch_size=batch_size)
+    params, macs = size_of(bench)
+    facts = {"workload": wl.name, "rung": rung, "params": params, "macs_per_sample": macs}
+    rows: list[dict[str, Any]] = []
+    for axis in AXES:
+        techs = [t for t in techniques if axis in TECHNIQUES[t]]
+        if progress:
+            progress(f"{wl.name} {rung} ({params:,} params, {macs / 1e6:.3g} MMACs/sample) {axis}: "
+                     + ", ".join(techs))
+        if techs:
+            with torch.random.fork_rng():
+                rows += measure_axis(bench, techs, axis, repeats=repeats, block_ms=block_ms, facts=facts,
+                                     deadline=deadline, skip={t: why for (t, a), why in (skip or {}).items()
+                                                              if a == axis})
+    weights = {TRAIN: params, "inference": weights_used_per_sample(bench.model)}
+    return {**facts, "batch_size": bench.batch_size, "weight_params": weights}, rows

@@ -1,0 +1,44 @@
+"""Predicted vs measured: the map's prediction for a workload beside what its ablation then measured.
+
+The map predicts a technique's speedup at a model's size before anything is run (:mod:`.place`); an ablation
+(``lab.ablation.summarize``) then measures the step and inference speedups of the same techniques on that
+model. This puts the two side by side, one row per arm and axis, so a user (and the notebook) sees how far the
+map can be trusted for their model. Arm names are the technique registry's (``lab.recipes.TECHNIQUES``); the
+map's names differ where the map measures something narrower (its ``prune50`` removes channels; the
+registry's ``prune50`` is L1 masks, so ``prune_channels50`` is its counterpart).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.crossover.place import place_workload
+
+#: Ablation arm (a technique of ``lab.recipes``) -> the map's technique.
+ARM_TO_TECHNIQUE = {"bf16": "bf16", "fp16": "fp16", "amp_auto": "auto", "int8_dynamic": "dynamic_int8",
+                    "int8_static": "static_int8", "prune_channels50": "prune50", "compile": "compile",
+                    "fused_optim": "fused_optimizer", "workers2": "workers"}
+#: The map's axis -> the ablation table's speedup column.
+AXIS_COLUMN = {"train_step": "step_speedup", "inference": "infer_speedup"}
+
+
+def predicted_vs_measured(the_map: dict[str, Any], table: Any, workload: str, *, size: str = "small",
+                          model_scale: str | None = None) -> list[dict[str, Any]]:
+    """Rows ``arm, technique, axis, predicted, measured, measured_lo, measured_hi, agrees`` for every arm of
+    ``table`` (``summarize``'s DataFrame, or a list of its row dicts) that the map knows. ``agrees``: the
+    predicted speedup lies inside the measured 95 % CI (``None`` without a measurement)."""
+    placed = place_workload(the_map, workload, size=size, model_scale=model_scale)
+    pred = {(p["technique"], p["axis"]): p["predicted_speedup"] for p in placed["predictions"]}
+    records = table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+    out = []
+    for rec in records:
+        tech = ARM_TO_TECHNIQUE.get(rec.get("arm"))
+        for axis, col in AXIS_COLUMN.items():
+            if tech is None or (tech, axis) not in pred:
+                continue
+            value, lo, hi = rec.get(col), rec.get(f"{col}_lo"), rec.get(f"{col}_hi")
+            measured = value if isinstance(value, (int, float)) and value == value else None
+            inside = None if measured is None or lo is None or hi is None else bool(lo <= pred[(tech, axis)] <= hi)
+            out.append({"arm": rec["arm"], "technique": tech, "axis": axis, "predicted": pred[(tech, axis)],
+                        "measured": measured, "measured_lo": lo, "measured_hi": hi, "agrees": inside})
+    return out

@@ -1,0 +1,93 @@
+"""Where does it pay? The crossover map as figures: speedup against model size, one line per technique.
+
+Pure functions of the map's JSON (:mod:`lab.crossover`), shared by ``notebooks/07_scale.ipynb`` and the
+dashboard page "Where does it pay?": log-x model size (parameters or MACs per sample), each technique's
+speedup with its 95 % CI band, the measured crossover as a marker, a user's model as a vertical line, and the
+raw figures (base / technique ms, regime, why) on hover.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+_X = {"params": ("params", "parameters", "measured_params"),
+      "macs": ("macs_per_sample", "MACs per sample", "measured_macs")}
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def crossover_figure(the_map: dict[str, Any], workload: str, axis: str = "train_step", *, x: str = "params",
+                     techniques: list[str] | None = None, user_x: float | None = None,
+                     user_label: str = "your model", height: int = 460) -> go.Figure:
+    """Speedup vs model size for one workload and axis (``train_step`` or ``inference``)."""
+    if x not in _X:
+        raise ValueError(f"x={x!r} is invalid: allowed: {', '.join(_X)}")
+    key, label, cross_key = _X[x]
+    rows = [r for r in the_map["rows"] if r["workload"] == workload and r["axis"] == axis and r["speedup"] is not None]
+    names = techniques or list(dict.fromkeys(r["technique"] for r in rows))
+    fig = go.Figure()
+    palette = qualitative.Plotly
+    for i, tech in enumerate(names):
+        pts = sorted((r for r in rows if r["technique"] == tech), key=lambda r: r[key])
+        if not pts:
+            continue
+        color = palette[i % len(palette)]
+        xs = [r[key] for r in pts]
+        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=[r["ci_hi"] for r in pts] + [r["ci_lo"] for r in pts][::-1],
+                                 fill="toself", fillcolor=_rgba(color, 0.15), line={"width": 0}, hoverinfo="skip",
+                                 showlegend=False, legendgroup=tech, name=f"{tech} 95 % CI"))
+        hover = [f"{tech} at {r['rung']}: x{r['speedup']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}]<br>"
+                 f"{r['params']:,} params, {r['macs_per_sample'] / 1e6:.3g} MMACs/sample<br>"
+                 f"base {r['base_ms']:.3g} ms, {tech} {r['tech_ms']:.3g} ms<br>{(r.get('why') or '')[:160]}"
+                 for r in pts]
+        fig.add_trace(go.Scatter(x=xs, y=[r["speedup"] for r in pts], mode="lines+markers", name=tech,
+                                 line={"color": color}, legendgroup=tech, hovertext=hover, hoverinfo="text"))
+        cross = next((c for c in the_map.get("crossovers", []) if c["workload"] == workload
+                      and c["technique"] == tech and c["axis"] == axis and c.get(cross_key)), None)
+        if cross is not None:
+            at = next((r for r in pts if r[key] == cross[cross_key]), None)
+            if at is not None:
+                fig.add_trace(go.Scatter(x=[at[key]], y=[at["speedup"]], mode="markers", legendgroup=tech,
+                                         marker={"symbol": "star", "size": 14, "color": color,
+                                                 "line": {"width": 1, "color": "black"}},
+                                         name=f"{tech} pays from here", showlegend=False,
+                                         hovertext=f"{tech}: measured crossover at {at['rung']}", hoverinfo="text"))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
+    if user_x:
+        fig.add_vline(x=user_x, line_dash="dash", line_color="black", annotation_text=user_label,
+                      annotation_position="top")
+    fig.update_xaxes(type="log", title=f"model size ({label})")
+    fig.update_yaxes(type="log", title=f"speedup vs fp32 eager ({axis.replace('_', ' ')})")
+    fig.update_layout(title=f"{workload}: {axis.replace('_', ' ')} speedup against model size (star: pays from here)",
+                      height=height, legend={"orientation": "h", "y": -0.2}, margin={"t": 60})
+    return fig
+
+
+def regime_figure(the_map: dict[str, Any], axis: str = "train_step", height: int = 360) -> go.Figure:
+    """Each workload's baseline step time against model size, the marker shape its regime tag."""
+    symbols = {"dispatch-bound": "circle", "compute-bound": "square", "memory-bound": "diamond"}
+    fig = go.Figure()
+    seen: set[tuple[str, str]] = set()
+    pts = []
+    for r in the_map["rows"]:
+        if r["axis"] == axis and r["base_ms"] is not None and r["technique"] != "workers" \
+                and (r["workload"], r["rung"]) not in seen:
+            seen.add((r["workload"], r["rung"]))
+            pts.append(r)
+    for wl in dict.fromkeys(r["workload"] for r in pts):
+        mine = sorted((r for r in pts if r["workload"] == wl), key=lambda r: r["params"])
+        fig.add_trace(go.Scatter(x=[r["params"] for r in mine], y=[r["base_ms"] for r in mine], mode="lines+markers",
+                                 name=wl, marker={"symbol": [symbols.get(r["regime"], "x") for r in mine], "size": 10},
+                                 hovertext=[f"{wl} {r['rung']}: {r['why'][:160]}" for r in mine], hoverinfo="text"))
+    fig.update_xaxes(type="log", title="parameters")
+    fig.update_yaxes(type="log", title=f"fp32 {axis.replace('_', ' ')} ms")
+    fig.update_layout(title="Baseline time and regime (circle dispatch-, square compute-, diamond memory-bound)",
+                      height=height, legend={"orientation": "h", "y": -0.25})
+    return fig
