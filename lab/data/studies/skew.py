@@ -86,7 +86,7 @@ def rank_partition(labels: torch.Tensor | np.ndarray, world_size: int, rank: int
 ARMS: tuple[tuple[str, str, str], ...] = (
     ("hash", "hash", "stored"),
     ("strided", "strided", "stored"),
-    ("contiguous, time order", "contiguous", "stored"),
+    ("contiguous, stored order", "contiguous", "stored"),
     ("contiguous, label-sorted", "contiguous", "label"),
 )
 
