@@ -70,7 +70,8 @@ ANCHORS: dict[str, Anchor] = {
     "stacked": Anchor("the seeds' stacked recipes: 24 h -> 16 h (-33 %) and -41.67 % training time, "
                       "i.e. 1.5x and 1.71x", "the project's seed answers (shared/seeds)"),
 }
-BENCHMARK_FAMILY = {"data_loading": "data", "data_threads": "data", "overhead": "overhead", "precision": "precision",
+BENCHMARK_FAMILY = {"data_loading": "data", "data_threads": "data", "data_skew": "data", "overhead": "overhead",
+                    "precision": "precision",
                     "pruning": "pruning",
                     "quantization": "quantization", "distributed": "distributed", "ablation": "ablation",
                     "stacked": "stacked", "doctor": "doctor", "crossover": "crossover"}

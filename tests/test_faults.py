@@ -264,7 +264,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "prune.schedule": PruneConfig.SCHEDULES, "quant.method": QuantConfig.METHODS,
     "quant.observer": QuantConfig.OBSERVERS, "quant.backend": ("auto", "x86", "fbgemm", "qnnpack"),
     "ddp.backend": DDPConfig.BACKENDS, "data.source": DataConfig.SOURCES, "quant.flow": QuantConfig.FLOWS,
-    "model_scale": MODEL_SCALES,
+    "model_scale": MODEL_SCALES, "ddp.shard": DDPConfig.SHARDS, "ddp.shard_order": DDPConfig.SHARD_ORDERS,
 }
 
 
@@ -377,6 +377,9 @@ def valid_configs(draw) -> RunConfig:
     ddp = DDPConfig() if world == accum == 1 else DDPConfig(
         world_size=world, grad_accum_steps=accum, backend=draw(st.sampled_from(DDPConfig.BACKENDS)),
         bucket_cap_mb=draw(st.floats(0.01, 4096.0)), timeout_s=draw(st.floats(0.5, 86_400.0)))
+    if world > 1 and draw(st.booleans()):  # per-rank shards (issue 18)
+        ddp = dataclasses.replace(ddp, shard=draw(st.sampled_from(DDPConfig.SHARDS[1:])),
+                                  shard_order=draw(st.sampled_from(DDPConfig.SHARD_ORDERS)))
     max_steps = draw(st.none() | st.integers(1, 10**6))
     return RunConfig(
         workload=draw(st.sampled_from(["ctr", "sequence", "vision"])), size=draw(st.sampled_from(SIZES)),

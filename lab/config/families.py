@@ -224,12 +224,19 @@ class DDPConfig(_Family):
     family: ClassVar[str] = "ddp"
     SWITCH: ClassVar[str] = "ddp.world_size > 1 (--world-size) or ddp.grad_accum_steps > 1"
     BACKENDS: ClassVar[tuple[str, ...]] = ("auto", "gloo", "nccl")
+    #: ``batch``: every rank slices the same shuffled global batch (the default); the others give each rank its
+    #: own shard of the training split (:data:`lab.data.sharding.STRATEGIES`), shuffled inside it (issue 18).
+    SHARDS: ClassVar[tuple[str, ...]] = ("batch", "contiguous", "strided", "hash")
+    #: The order the shards are cut from: the split as stored (time order for ctr) or sorted by label.
+    SHARD_ORDERS: ClassVar[tuple[str, ...]] = ("stored", "label")
 
     world_size: int = 1
     backend: str = "auto"
     bucket_cap_mb: float = 25.0
     grad_accum_steps: int = 1
     timeout_s: float = 300.0
+    shard: str = "batch"
+    shard_order: str = "stored"
 
     def __post_init__(self) -> None:
         check_int(self._name("world_size"), self.world_size, lo=1, hi=4096)
@@ -237,6 +244,13 @@ class DDPConfig(_Family):
         check_float(self._name("bucket_cap_mb"), self.bucket_cap_mb, lo=0.0, hi=4096.0, lo_open=True)
         check_int(self._name("grad_accum_steps"), self.grad_accum_steps, lo=1, hi=4096)
         check_float(self._name("timeout_s"), self.timeout_s, lo=0.0, hi=86_400.0, lo_open=True)
+        check_choice(self._name("shard"), self.shard, self.SHARDS)
+        check_choice(self._name("shard_order"), self.shard_order, self.SHARD_ORDERS)
+        if self.shard != "batch" and self.world_size < 2:
+            fail(self._name("shard"), self.shard, "needs ddp.world_size > 1 (--world-size): one rank has no shards")
+        if self.shard_order != "stored" and self.shard == "batch":
+            fail(self._name("shard_order"), self.shard_order, "needs ddp.shard other than 'batch': a sliced "
+                 "global batch is shuffled over the whole split, so the order it is cut from does not matter")
         self._refuse_when_off()
 
     @property

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from lab.config import RunConfig
@@ -34,6 +35,7 @@ from lab.data.files import FileSet, write_files
 from lab.data.loaders import LoaderSpec, TensorBatchDataset, make_loader
 from lab.data.prefetch import DevicePrefetcher, NaiveLoader, ThreadPrefetcher
 from lab.data.sampler import InMemoryLoader, ShuffledBatchSampler
+from lab.data.studies.skew import rank_partition
 from lab.data.studies.stalls import CachedLoader
 from lab.data.studies.threads import recommend
 from lab.loop import Loader, StepHook
@@ -55,6 +57,9 @@ def check(cfg: RunConfig) -> None:
     """A ``--resume`` checkpoint must exist and have been written by this config, before any work."""
     if cfg.resume is not None:
         load_checkpoint(resolve_checkpoint(cfg.resume), cfg.to_dict())
+    if cfg.ddp.shard != "batch" and cfg.data.source == "files":
+        raise ValueError(f"ddp.shard={cfg.ddp.shard!r} is invalid with data.source='files': per-rank shards "
+                         "are cut from the in-memory split; use --data-source memory")
 
 
 def files_for(ctx: TrainContext) -> FileSet:
@@ -81,6 +86,13 @@ def loader_factory(ctx: TrainContext, make: Callable[[int], Loader] | None) -> C
             return make_file_loader(files, cfg.data, batch_size, seed=cfg.seed, device=ctx.device,
                                     stats=_read_stats(ctx), augment=augment)
         return make_files
+    if cfg.ddp.shard != "batch" and ctx.ddp is not None and ctx.ddp.info.distributed:
+        # Per-rank shards (issue 18): this rank reads only its part, shuffled inside it; distributed keeps it whole.
+        info = ctx.ddp.info
+        rows = torch.from_numpy(rank_partition(ctx.data.train[-1], info.world_size, info.rank, cfg.ddp.shard,
+                                               order=cfg.ddp.shard_order, seed=cfg.seed))
+        part = tuple(t[rows] for t in ctx.data.train)
+        return lambda batch_size: make_loader(part, cfg.data, batch_size, seed=cfg.seed, device=ctx.device)
     return lambda batch_size: make_loader(ctx.data.train, cfg.data, batch_size, seed=cfg.seed, device=ctx.device)
 
 

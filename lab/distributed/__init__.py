@@ -47,9 +47,10 @@ def _distributed(ctx: TrainContext) -> bool:
 
 
 def loader_factory(ctx: TrainContext, make: Callable[[int], Loader] | None) -> Callable[[int], Loader] | None:
-    """Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice."""
-    if make is None or not _distributed(ctx):
-        return make
+    """Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice;
+    with ``ddp.shard`` set, each rank reads its own shard at its own batch size (the data door builds it)."""
+    if make is None or not _distributed(ctx) or ctx.cfg.ddp.shard != "batch":
+        return make  # with ddp.shard, the data door already built this rank's loader over its own shard
     info = ctx.ddp.info
     return lambda batch_size: RankSlicedLoader(make(batch_size * info.world_size), info.rank, info.world_size)
 
