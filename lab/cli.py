@@ -20,18 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import FAMILIES, SIZES, RunConfig
+from lab.config.flags import add_config_fields
 from lab.distributed.launch import RankFailure
 from lab.recipes import RECIPES, TECHNIQUES
-from lab.registry import LOADERS, STORAGES
 
-ALIASES = {
-    "precision.dtype": "--precision", "data.loader": "--loader", "data.num_workers": "--num-workers",
-    "data.prefetch_factor": "--prefetch-factor", "data.pin_memory": "--pin-memory",
-    "prune.method": "--prune", "prune.amount": "--prune-amount", "quant.method": "--quant",
-    "ddp.world_size": "--world-size",
-}
-#: Fields whose allowed values are a registry's names (the single source of those names).
-CHOICES = {"data.loader": LOADERS, "data.storage": STORAGES}
 ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
                         "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size_ratio", "why"]
 
@@ -45,48 +37,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _converter(annotation: str, key: str):
-    optional = "None" in annotation
-    if annotation.startswith("tuple"):
-        return lambda s: tuple(x.strip() for x in s.split(",") if x.strip())
-
-    base = int if annotation.startswith("int") else float if annotation.startswith("float") else str
-
-    def convert(text: str) -> Any:
-        if optional and text.lower() == "none":
-            return None
-        try:
-            return base(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {base.__name__}, got {text!r}") from None
-
-    convert.__name__ = base.__name__  # argparse names the type in its error message
-    return convert
-
-
-def _add_field(group: argparse._ArgumentGroup, key: str, f: dataclasses.Field) -> None:
-    flags = ["--" + key.replace(".", "-").replace("_", "-")]
-    if key in ALIASES:
-        flags.insert(0, ALIASES[key])
-    ann = str(f.type)
-    kwargs: dict[str, Any] = {"dest": key, "default": argparse.SUPPRESS}
-    if ann == "bool":
-        kwargs["action"] = argparse.BooleanOptionalAction
-    else:
-        kwargs["type"] = _converter(ann, key)
-        kwargs["metavar"] = key.split(".")[-1].upper()
-        if key in CHOICES:
-            kwargs["choices"] = CHOICES[key].names()
-            kwargs["metavar"] = "{" + ",".join(CHOICES[key].names()) + "}"
-    group.add_argument(*flags, **kwargs)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m lab", description="Training-efficiency lab")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run_p = sub.add_parser("run", help="train one configuration and measure it")
-    _add_config_fields(run_p)
+    add_config_fields(run_p)
     out = run_p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the full result as JSON")
     out.add_argument("--store", metavar="PATH", help="results database (default: $LAB_RESULTS_DB or results/)")
@@ -128,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_p.add_argument("--update-readme", action="store_true",
                          help="also rewrite README.md's results table from every benchmarks/results/*/report.json")
     doc = sub.add_parser("doctor", help="profile a baseline, predict which technique pays here, optionally verify")
-    _add_config_fields(doc)
+    add_config_fields(doc)
     dg = doc.add_argument_group("doctor")
     dg.add_argument("--verify", type=int, default=0, metavar="K",
                     help="measure the top K predictions and the baseline in an interleaved ablation")
@@ -144,18 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
     cross.add_argument("--quick", action="store_true", help="4 rungs per workload, cheap techniques (~2-3 min)")
     cross.add_argument("--json", metavar="PATH", help="write the map here")
     return parser
-
-
-def _add_config_fields(p: argparse.ArgumentParser) -> None:
-    """One flag per config field (``run`` and ``doctor`` take the same configuration)."""
-    core = p.add_argument_group("run")
-    for f in dataclasses.fields(RunConfig):
-        if f.name not in FAMILIES:
-            _add_field(core, f.name, f)
-    for fam, cls in FAMILIES.items():
-        group = p.add_argument_group(fam)
-        for f in dataclasses.fields(cls):
-            _add_field(group, f"{fam}.{f.name}", f)
 
 
 def _writable_file(path: str, flag: str) -> Path:

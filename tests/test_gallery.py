@@ -22,9 +22,9 @@ TECHNIQUES: dict[str, dict] = {
     "global": {"prune.method": "global_unstructured", "prune.amount": 0.5},
     "gradual": {"prune.method": "l1_unstructured", "prune.amount": 0.5, "prune.schedule": "gradual"},
     "structured": {"prune.method": "structured_channels", "prune.amount": 0.5, "prune.finetune_epochs": 1},
-    "dynamic": {"quant.method": "dynamic"},
-    "static": {"quant.method": "static"},
-    "qat": {"quant.method": "qat"},
+    "dynamic": {"quant.method": "dynamic", "quant.flow": "legacy"},
+    "static": {"quant.method": "static", "quant.flow": "legacy"},
+    "qat": {"quant.method": "qat", "quant.flow": "legacy"},
     "bf16": {"precision.dtype": "bf16"},
     "fused_optimizer": {"compute.fused_optimizer": True},
     "grad_accum": {"ddp.grad_accum_steps": 2},
@@ -191,9 +191,10 @@ def test_dynamic_int8_of_a_model_without_linears_is_refused_before_training():
                                evaluate=GALLERY["gallery_mlp"].evaluate, metric_name="accuracy"), overwrite=True)
     events: list[dict] = []
     with pytest.raises(ValueError, match="would quantize nothing.*no convolution kernel") as err:
-        run(_cfg("gallery_allconv", {"quant.method": "dynamic"}), progress=events.append)
+        run(_cfg("gallery_allconv", {"quant.method": "dynamic", "quant.flow": "legacy"}), progress=events.append)
     assert "\n" not in str(err.value) and not events
-    assert run(_cfg("gallery_allconv", {"quant.method": "static"})).details["quant"]["swap"]["n_swapped"] == 2
+    static = run(_cfg("gallery_allconv", {"quant.method": "static", "quant.flow": "legacy"}))
+    assert static.details["quant"]["swap"]["n_swapped"] == 2
 
 
 # ------------------------------------------------------------------------------- attention masks
@@ -253,15 +254,15 @@ def test_int8_macs_are_counted_by_dtype():
     x = torch.randn(4, 30)
     macs = 4 * (30 * 64 + 64 * 2)
     assert measure.count_macs_by_dtype(mlp, (x,)) == {"fp32": macs, "int8": 0}
-    q = quantize(mlp, QuantConfig(method="dynamic"))
+    q = quantize(mlp, QuantConfig(method="dynamic", flow="legacy"))
     assert measure.count_macs_by_dtype(q, (x,)) == {"fp32": 0, "int8": macs}
     assert measure.count_macs(q, (x,)) == macs
     cnn = GALLERY["gallery_dscnn"].make_model(GALLERY["gallery_dscnn"].sizes["tiny"]).eval()
     img = torch.rand(2, 1, 8, 8)
     dense = measure.count_macs(cnn, (img,))
-    qs = quantize(cnn, QuantConfig(method="static"), [(img, torch.zeros(2, dtype=torch.long))])
+    qs = quantize(cnn, QuantConfig(method="static", flow="legacy"), [(img, torch.zeros(2, dtype=torch.long))])
     assert measure.count_macs_by_dtype(qs, (img,)) == {"fp32": 0, "int8": dense}
-    qd, info = quantize_with_report(cnn, QuantConfig(method="dynamic"))
+    qd, info = quantize_with_report(cnn, QuantConfig(method="dynamic", flow="legacy"))
     by = measure.count_macs_by_dtype(qd, (img,))
     assert by["int8"] == 2 * (48 * 12 + 12 * 48 + 48 * 10) and by["fp32"] + by["int8"] == dense
 

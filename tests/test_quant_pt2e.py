@@ -195,3 +195,24 @@ def test_run_default_flow_stores_a_compiled_int8_model():
     assert q["output_rel_error"] < TOL["static"]  # outputs of the compiled model against the trained float one
     assert abs(q["accuracy"]["accuracy"]["loss_pts"]) <= 2.0  # 500 test images: 10 images either way
     assert 3.0 < q["quantized_layers_size_ratio"] <= 4.0
+
+
+@pytest.mark.parametrize("name", ["gallery_mlp", "gallery_dscnn", "gallery_transformer"])
+def test_pt2e_static_int8_of_a_user_model_agrees_with_float(name):
+    """The user-model gallery (tests/gallery.py) through the default flow: real int8 layers in the converted
+    graph, outputs within the static tolerance of the float model's, and what stayed float is named."""
+    from gallery import GALLERY
+
+    wl = GALLERY[name]
+    torch.manual_seed(0)
+    model = wl.make_model(wl.sizes["tiny"]).eval()
+    data = wl.make_data(wl.sizes["tiny"], 0)
+    loader = [tuple(t[i:i + 32] for t in data.train) for i in range(0, 128, 32)]
+    q, info = Q.quantize_with_report(model, QuantConfig(method="static", calibration_batches=4), loader)
+    assert info["flow"] == "pt2e" and info["swap"]["n_swapped"] > 0
+    counts = info["swap"]["graph"]
+    assert counts.get("int8_conv", 0) + counts.get("int8_linear", 0) == info["swap"]["n_swapped"]
+    x = tuple(t[:64] for t in data.test[:-1])
+    with torch.no_grad():
+        err = Q.relative_error(model(*x), Q.converted_graph(q)(*x))
+    assert err < TOL["static"], f"{name}: relative error {err:.4f}"

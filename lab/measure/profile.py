@@ -214,6 +214,8 @@ def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_w
         ms["overhead"] = max(profiled_step_ms - wait_profiled - op_ms, 0.0)
     else:
         ms["overhead"] = max(room - op_ms, 0.0)
+    if op_ms + ms["overhead"] == 0.0:  # nothing but data wait under the profiler: the rest is unexplained
+        ms["overhead"] = room
     measured = op_ms + ms["overhead"]
     scale = room / measured if measured > 0 else 0.0
     if abs(scale - 1) > 1e-9:
