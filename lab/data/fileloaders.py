@@ -28,6 +28,7 @@ from lab.config import DataConfig
 from lab.data.decode import Augment, decode_png, to_model_input
 from lab.data.files import FileSet
 from lab.data.prefetch import DevicePrefetcher, ThreadPrefetcher
+from lab.data.sampler import ShuffledBatchSampler
 
 Batch = tuple[torch.Tensor, ...]
 N_STATS = 6  # bytes, files, read_s, decode_s, cpu_s, worker
@@ -43,29 +44,17 @@ def _as_is(batch: tuple) -> tuple:
     return batch
 
 
-class ShardedBatchSampler:
+class ShardedBatchSampler(ShuffledBatchSampler):
     """Per (seed, epoch): shuffle the shard order, then the rows inside each shard; cut into batches.
-    ``skip(n)`` makes the next pass start at batch ``n`` (a resumed epoch), once."""
+    ``skip(n)`` makes the next pass start at batch ``n`` (a resumed epoch), once; epochs, skips and the batch
+    count are the in-memory sampler's, only the order differs (shard-local, so a batch reads few shards)."""
 
     def __init__(self, shard_rows: list[int], batch_size: int, *, shuffle: bool = True, drop_last: bool = True,
                  seed: int = 0) -> None:
-        self.n = sum(shard_rows)
-        if self.n <= 0:
+        if sum(shard_rows) <= 0:
             raise ValueError(f"the file source is empty (shards rows={shard_rows})")
-        if batch_size > self.n and drop_last:
-            raise ValueError(f"batch_size={batch_size} is larger than the dataset ({self.n} rows) with drop_last")
+        super().__init__(sum(shard_rows), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
         self.starts = np.concatenate([[0], np.cumsum(shard_rows)]).astype(np.int64)
-        self.batch_size, self.shuffle, self.drop_last, self.seed = batch_size, shuffle, drop_last, seed
-        self.epoch, self._skip = 0, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def skip(self, batches: int) -> None:
-        self._skip = batches
-
-    def __len__(self) -> int:
-        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
 
     def order(self, epoch: int) -> np.ndarray:
         """Every row index once, in the order the epoch reads them."""
