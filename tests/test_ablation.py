@@ -70,7 +70,7 @@ def test_resume_after_sigkill_reruns_only_missing_runs(toy_workload, private_sto
     script = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(TESTS)!r})
-        from conftest import TOY
+        from toy_workload import TOY
         from lab import ResultStore, RunConfig, register_workload
         from lab.ablation import Ablation, run_ablation
         register_workload(TOY, overwrite=True)

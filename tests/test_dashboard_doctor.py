@@ -19,8 +19,8 @@ def _page() -> None:
     root = Path.cwd()
     sys.path[:0] = [str(root / "dashboard"), str(root / "tests")]
     from page_doctor import render
+    from toy_workload import TOY
 
-    from conftest import TOY
     from lab.workloads import register_workload
 
     register_workload(TOY, overwrite=True)

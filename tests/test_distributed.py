@@ -27,7 +27,8 @@ from lab.distributed.checks import equivalence_worker, killed_rank_worker
 
 def register_toy() -> None:
     """Run in each spawned rank: fresh processes do not know the test-only toy workload."""
-    from conftest import TOY
+    from toy_workload import TOY
+
     from lab.workloads import register_workload
     register_workload(TOY, overwrite=True)
 
