@@ -10,9 +10,11 @@ arm). Figures: the median absolute error of predicted vs measured speedup over e
 noise of it (its measured interval reaches the best measured speedup; goal >= 70 %). Each case's rows go
 into the JSON (``cases``), so where the doctor is wrong can be read off.
 
-``--quick``: every built-in at ``tiny`` and two gallery models, training-step techniques without compile,
-loader workers and auto (their runs are the slowest); full: the built-ins at ``tiny`` and ``small`` (the two
-rungs of this branch: no model-scale ladder here), the whole gallery, and the inference techniques too.
+``--quick``: three built-ins at ``tiny`` and two gallery models, training-step techniques without compile,
+loader workers and auto (their runs are the slowest); full: every built-in workload at two rungs of its
+model-size ladder (``--model-scale`` xs and m, on the ``tiny`` data, each run capped at ``MAX_STEPS`` steps:
+the doctor's figures are step times, and the ladder changes the model, not the data), the whole gallery,
+and the inference techniques too. A case is ``workload:size`` or ``workload:size:rung``.
 ``--cases`` / ``--techniques`` pick a subset; ``--merge PATH`` pools the cases of an earlier JSON with these
 (a second rung measured later) and recomputes the figures over all of them.
 A busy shared 2-core machine: measured speedups carry its noise, and so do the errors.
@@ -42,19 +44,27 @@ QUICK_TECHS = ["bf16", "fp16", "fused_optim", "prefetch", "fast_kernels"]
 FULL_TECHS = [*QUICK_TECHS, "workers2", "amp_auto", "compile", "int8_dynamic", "prune50", "prune_channels50"]
 
 
-def cases(quick: bool) -> list[tuple[str, str]]:
-    builtin = [(w, s) for s in (("tiny",) if quick else ("tiny", "small")) for w in ("ctr", "sequence", "vision")]
+BUILTINS = ("ctr", "sequence", "vision", "transformer", "mlp")
+RUNGS = ("xs", "m")
+MAX_STEPS = 40  # per verification run (full mode): enough steady-state steps for a median step time
+
+
+def cases(quick: bool) -> list[tuple[str, ...]]:
     gallery = list(register_gallery())
-    return builtin + [(g, "tiny") for g in (gallery[:2] if quick else gallery)]
+    if quick:
+        return [(w, "tiny") for w in BUILTINS[:3]] + [(g, "tiny") for g in gallery[:2]]
+    return [(w, "tiny", r) for w in BUILTINS for r in RUNGS] + [(g, "tiny") for g in gallery]
 
 
-def run_case(workload: str, size: str, techs: list[str], store: ResultStore) -> dict:
-    cfg = RunConfig(workload=workload, size=size, threads=1, latency_repeats=8)
+def run_case(workload: str, size: str, techs: list[str], store: ResultStore, rung: str | None = None,
+             max_steps: int | None = None) -> dict:
+    cfg = RunConfig(workload=workload, size=size, threads=1, latency_repeats=8, model_scale=rung,
+                    max_steps=max_steps)
     t0 = time.perf_counter()
     d = diagnose(cfg, techniques=techs)
     rows = verify(d, len(d.predictions), repeats=3, store=store, record=False)
     acc = accuracy(rows)
-    return {"workload": workload, "size": size, "params": d.baseline.param_count,
+    return {"workload": workload, "size": size, "model_scale": rung, "params": d.baseline.param_count,
             "macs_per_sample": d.baseline.macs_per_sample, "step_ms": d.train.step_ms,
             "shares": {k: round(v, 4) for k, v in d.train.shares().items() if v > 0},
             "top": d.top().technique if d.top() else None, "top1_hit": top1_hit(rows), "rows": rows,
@@ -74,14 +84,16 @@ def parse() -> argparse.Namespace:
 def main() -> None:
     args = parse()
     techs = [t for t in args.techniques.split(",") if t] or (QUICK_TECHS if args.quick else FULL_TECHS)
-    todo = [tuple(c.split(":", 1)) for c in args.cases.split(",") if c] or cases(args.quick)
+    todo = [tuple(c.split(":", 2)) for c in args.cases.split(",") if c] or cases(args.quick)
     done = json.loads(Path(args.merge).read_text())["cases"] if args.merge else []
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "doctor.sqlite") as store:
         register_gallery()
-        for workload, size in todo:
-            c = run_case(workload, size, techs, store)
+        for workload, size, *rung in todo:
+            c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
+                         max_steps=None if args.quick else MAX_STEPS)
             done.append(c)
-            print(f"{workload}/{size}: top {c['top']} hit={c['top1_hit']} median |error| "
+            where = f"{workload}/{size}" + (f"/{rung[0]}" if rung else "")
+            print(f"{where} ({c['params']:,} params): top {c['top']} hit={c['top1_hit']} median |error| "
                   f"{c['median_abs_error'] if c['median_abs_error'] is None else round(100 * c['median_abs_error'])} % "
                   f"({c['wall_s']:.0f} s)")
             for r in c["rows"]:

@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--db", default=None, help="results store for the verification runs")
     dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
     cross = sub.add_parser("crossover", help="map each technique's speedup against model size (the ladders)")
-    cross.add_argument("--workloads", default="ctr,sequence,vision,transformer", help="comma-separated")
+    cross.add_argument("--workloads", default="ctr,sequence,vision,transformer,mlp", help="comma-separated")
     cross.add_argument("--techniques", default="", help="comma-separated (default: all; --quick: the cheap ones)")
     cross.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
     cross.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 5; --quick 4)")

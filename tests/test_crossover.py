@@ -48,6 +48,7 @@ def test_family_of_reads_the_layers_that_carry_the_arithmetic() -> None:
     assert family_of(nn.LSTM(4, 4)) == "sequence"
     assert family_of(nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.LazyLinear(2))) == "vision"
     assert family_of(nn.TransformerEncoderLayer(8, 2, batch_first=True)) == "transformer"
-    assert family_of(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))) == "transformer"
+    assert family_of(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))) == "mlp"
+    assert family_of(nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 1))) == "transformer"
     assert family_of(nn.ModuleList([nn.EmbeddingBag(10, 4), nn.Linear(4, 1)])) == "ctr"
     assert torch.get_num_threads() >= 1

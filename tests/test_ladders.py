@@ -15,7 +15,7 @@ from lab.context import prepare, resolve
 from lab.measure import count_params
 from lab.workloads import SCALE_NAMES, SizeSpec, Workload, base, get_workload, register_workload
 
-LADDERS = ["ctr", "sequence", "vision", "transformer"]
+LADDERS = ["ctr", "sequence", "vision", "transformer", "mlp"]
 
 
 def _few_rows(wl: Workload, rows: int = 4) -> tuple[torch.Tensor, ...]:

@@ -25,10 +25,10 @@ from lab.workloads import (
 )
 from lab.workloads.resnet import build_resnet
 
-BUILTINS = ["ctr", "sequence", "vision"]
+BUILTINS = ["ctr", "sequence", "vision", "mlp"]
 # Metric gain a few tiny epochs must deliver over the untrained model (AUC points / accuracy), set at roughly
 # half of what was measured, so a broken model, loss or data rule fails while seed noise does not.
-MIN_GAIN = {"ctr": 0.08, "sequence": 0.30, "vision": 0.25}
+MIN_GAIN = {"ctr": 0.08, "sequence": 0.30, "vision": 0.25, "mlp": 0.15}
 
 
 @pytest.fixture
@@ -123,6 +123,7 @@ EXPECTED = {  # per workload: (input shapes after the batch dim, input dtypes, t
     "ctr": ([(13,), (26,)], [torch.float32, torch.int64], torch.float32, ()),
     "sequence": ([(10, 100)], [torch.float32], torch.int64, (4,)),
     "vision": ([(1, 14, 14)], [torch.float32], torch.int64, (10,)),
+    "mlp": ([(256,)], [torch.float32], torch.int64, (10,)),
 }
 
 

@@ -28,7 +28,8 @@ from lab.crossover.fit import (
     rung_of_macs,
     within_one_rung,
 )
-from lab.crossover.measure import SLOW_MARK, ProgressFn, measure_rung
+from lab.crossover.measure import SLOW_MARK, ProgressFn, make_bench, measure_rung
+from lab.crossover.reference import compare as compare_with_plain
 from lab.measure import environment_stamp
 from lab.workloads import SCALE_NAMES, get_workload
 
@@ -43,6 +44,15 @@ FIT_KEYS = ("workload", "technique", "axis", "base_overhead_ms", "base_ms_per_mm
 QUICK_TECHNIQUES = ("bf16", "fp16", "auto", "dynamic_int8", "prune50", "fused_optimizer")
 QUICK_RUNGS = {"ctr": ("xs", "s", "m", "xl")}
 QUICK_BATCH_DIVISOR = 4  # quick: a quarter of the workload's batch (the fits say per which batch)
+#: The batch of every rung of a ladder (fixed along it: the fits are per step at one batch). Full map: about
+#: half the workload's ``small`` batch, ctr a quarter (2048 rows made its xl step ~2 s, and each arm is timed
+#: ~6 times); mlp keeps the 128 rows of issue 15's plain-PyTorch table in both modes, so the reference
+#: compares like with like. Other ladders: half their batch (full), a quarter (quick).
+MAP_BATCH = {False: {"ctr": 512, "sequence": 64, "vision": 16, "transformer": 32, "mlp": 128},
+             True: {"mlp": 128}}
+#: Seconds of interleaved timing per rung x axis after which the rounds stop (at least 3 are always run):
+#: the xl rungs' 1-2 s steps made the full map take 45 min on this 2-core box at 5 fixed rounds.
+AXIS_BUDGET_S = {True: 8.0, False: 20.0}
 
 
 def check_names(workloads: Sequence[str], techniques: Sequence[str]) -> None:
@@ -63,11 +73,18 @@ def default_rungs(name: str, quick: bool) -> list[str]:
     return [r for r in QUICK_RUNGS.get(name, ("xs", "s", "m", "l")) if r in rungs]
 
 
+def map_batch(name: str, quick: bool) -> int:
+    """The batch the map times ``name``'s ladder at (:data:`MAP_BATCH`, else a share of its ``small`` batch)."""
+    if name in MAP_BATCH[quick]:
+        return MAP_BATCH[quick][name]
+    return max(8, get_workload(name).size("small").batch_size // (QUICK_BATCH_DIVISOR if quick else 2))
+
+
 def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: bool = False, threads: int = 1,
               repeats: int | None = None, rungs: dict[str, Sequence[str]] | None = None,
               batch_size: dict[str, int] | None = None, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Measure and analyse the map. ``rungs`` / ``batch_size`` override the per-workload defaults (all rungs
-    and the workload's ``small`` batch; ``quick``: :data:`QUICK_RUNGS` and a quarter of the batch)."""
+    """Measure and analyse the map. ``rungs`` / ``batch_size`` override the per-workload defaults (all rungs,
+    ``quick``: :data:`QUICK_RUNGS`; the batch of :func:`map_batch`)."""
     check_names(workloads, techniques)
     repeats = repeats or (4 if quick else 5)
     rows: list[dict[str, Any]] = []
@@ -77,24 +94,43 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
         env = environment_stamp("cpu")
         for name in workloads:
             wl = get_workload(name)
-            batch = (batch_size or {}).get(name)
-            if batch is None and quick:
-                batch = max(8, wl.size("small").batch_size // QUICK_BATCH_DIVISOR)
+            batch = (batch_size or {}).get(name) or map_batch(name, quick)
             too_slow: dict[tuple[str, str], str] = {}
             for rung in (rungs or {}).get(name) or default_rungs(name, quick):
                 f, r = measure_rung(wl, rung, list(techniques), repeats=repeats, block_ms=15.0 if quick else 40.0,
-                                    batch_size=batch, skip=too_slow, progress=progress)
+                                    batch_size=batch, skip=too_slow, progress=progress,
+                                    axis_budget_s=AXIS_BUDGET_S[quick])
                 facts.append(f)
                 rows += r
                 for row in r:  # a pathologically slow arm only gets slower with size: not built again above
                     if SLOW_MARK in (row.get("why") or "") and (row["technique"], row["axis"]) not in too_slow:
                         too_slow[(row["technique"], row["axis"])] = f"not measured above rung {rung}, where it was " \
                             + row["why"].removeprefix("skipped: ")
+        reference = _plain_reference(workloads, rungs, quick, batch_size, repeats, progress)
     out = analyse(rows, facts)
+    out["reference"] = reference
     out.update({"env": env, "benchmark": "crossover", "quick": quick, "threads": threads,
                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "wall_s": round(time.monotonic() - t0, 1)})
     return out
+
+
+#: The dense ladder whose largest rung is checked against plain PyTorch (:mod:`.reference`).
+REFERENCE_WORKLOAD = "mlp"
+
+
+def _plain_reference(workloads: Sequence[str], rungs: dict[str, Sequence[str]] | None, quick: bool,
+                     batch_size: dict[str, int] | None, repeats: int,
+                     progress: ProgressFn | None) -> list[dict[str, Any]]:
+    """The lab's arms against plain PyTorch on the largest measured rung of the dense ladder (when mapped)."""
+    if REFERENCE_WORKLOAD not in workloads:
+        return []
+    wl = get_workload(REFERENCE_WORKLOAD)
+    rung = list((rungs or {}).get(wl.name) or default_rungs(wl.name, quick))[-1]
+    if progress:
+        progress(f"{wl.name} {rung}: the lab's arms against plain PyTorch (bf16, dynamic int8, half width)")
+    bench = make_bench(wl, rung, batch_size=(batch_size or {}).get(wl.name) or map_batch(wl.name, quick))
+    return compare_with_plain(bench, repeats=repeats, block_ms=15.0 if quick else 40.0, rung=rung)
 
 
 def _order(rung: str) -> int:

@@ -83,11 +83,14 @@ def _one_call_ms(arm: Callable[[], Any], budget_ms: float = 200.0) -> float:
 
 
 def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int, block_ms: float,
-                 facts: dict[str, Any], deadline: float | None = None,
-                 skip: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                 facts: dict[str, Any], deadline: float | None = None, budget_s: float | None = None,
+                 skip: dict[str, str] | None = None, progress: ProgressFn | None = None) -> list[dict[str, Any]]:
     """The rows of one axis of one rung (one per technique, skipped ones with their reason); ``skip``:
-    technique -> reason not to measure it here (it was pathologically slow on a smaller rung)."""
+    technique -> reason not to measure it here (it was pathologically slow on a smaller rung).
+    ``budget_s``: the interleaved rounds stop after 3 once this many seconds of timing have passed (a large
+    rung's 1-2 s steps would otherwise cost minutes per axis for a CI that 3 rounds already give)."""
     skip = skip or {}
+    t_build = time.monotonic()
     arms, skipped = build_arms(bench, [t for t in techniques if t not in skip], axis)
     skipped.update(skip)
     base_ms = _one_call_ms(arms["base"])
@@ -104,7 +107,15 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
             errors[name] = (f"x{ms / base_ms:.0f} {SLOW_MARK} ({ms:.0f} ms vs {base_ms:.3g} ms): a layer without a "
                             f"fast {name} kernel on this machine runs a reference path; not timed further")
             del arms[name]
-    samples = interleaved_ms(arms, repeats=repeats, warmup=1, iters=iters, deadline=deadline, errors=errors)
+    t_time = time.monotonic()
+    if budget_s is not None:
+        deadline = min(deadline or math.inf, t_time + budget_s)
+    # warmup=0: every arm was warmed (and compiled) by its probe above.
+    samples = interleaved_ms(arms, repeats=repeats, warmup=0, iters=iters, deadline=deadline, errors=errors)
+    if progress:
+        rounds = max((len(v) for v in samples.values()), default=0)
+        progress(f"  {axis}: built + probed {t_time - t_build:.0f} s, timed {time.monotonic() - t_time:.0f} s "
+                 f"({rounds} rounds x {iters} call(s) per arm)")
     base = samples.get("base")
     rows = []
     for tech in techniques:
@@ -133,6 +144,7 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
 
 def measure_rung(wl: Workload, rung: str, techniques: list[str], *, repeats: int = 7, block_ms: float = 40.0,
                  size: str = "small", batch_size: int | None = None, deadline: float | None = None,
+                 axis_budget_s: float | None = None,
                  skip: dict[tuple[str, str], str] | None = None,
                  progress: ProgressFn | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``(facts, rows)`` of one rung: facts = workload, rung, params, macs_per_sample; rows as in the JSON
@@ -153,7 +165,7 @@ def measure_rung(wl: Workload, rung: str, techniques: list[str], *, repeats: int
         if techs:
             with torch.random.fork_rng():
                 rows += measure_axis(bench, techs, axis, repeats=repeats, block_ms=block_ms, facts=facts,
-                                     deadline=deadline, skip={t: why for (t, a), why in (skip or {}).items()
-                                                              if a == axis})
+                                     deadline=deadline, budget_s=axis_budget_s, progress=progress,
+                                     skip={t: why for (t, a), why in (skip or {}).items() if a == axis})
     weights = {TRAIN: params, "inference": weights_used_per_sample(bench.model)}
     return {**facts, "batch_size": bench.batch_size, "weight_params": weights}, rows

@@ -3,8 +3,9 @@
 The map is measured on the built-in ladders; a user's model is placed by its MACs per sample (and shown by
 its parameters) against the fits of the built-in family it resembles most (by the layers that carry its
 arithmetic: an LSTM / GRU -> ``sequence``, a Conv -> ``vision``, attention -> ``transformer``, an
-EmbeddingBag with an MLP -> ``ctr``, any other Linear stack -> ``transformer``, whose steps are matmuls
-too), before any ablation is run. A prediction is only as good as that likeness and the batch: the fits are
+EmbeddingBag with an MLP -> ``ctr``, an Embedding (tokens) -> ``transformer``, any other Linear stack ->
+``mlp``, the dense reference ladder; a map without that ladder reads it against ``transformer``, whose steps
+are matmuls too), before any ablation is run. A prediction is only as good as that likeness and the batch: the fits are
 per step at the family's batch (``rungs[].batch_size``), and a prediction says so.
 """
 
@@ -21,7 +22,10 @@ from lab.workloads import Workload, get_workload
 
 #: Module type name -> family, most specific first.
 _FAMILY_OF = (("LSTM", "sequence"), ("GRU", "sequence"), ("RNN", "sequence"), ("Conv2d", "vision"),
-              ("Conv1d", "vision"), ("MultiheadAttention", "transformer"), ("EmbeddingBag", "ctr"))
+              ("Conv1d", "vision"), ("MultiheadAttention", "transformer"), ("EmbeddingBag", "ctr"),
+              ("Embedding", "transformer"))
+#: A family a map may lack (maps written before the dense ladder existed) -> the one read instead.
+_FALLBACK = {"mlp": "transformer"}
 #: A predicted speedup must clear this to be called "pays" (the noise on a shared box is a few percent).
 PAYS_AT = 1.0 + PAYS_GAIN
 
@@ -32,13 +36,16 @@ def family_of(model: nn.Module) -> str:
     for type_name, family in _FAMILY_OF:
         if type_name in names:
             return family
-    return "transformer"
+    return "mlp"
 
 
 def place(the_map: dict[str, Any], params: int, macs_per_sample: float, family: str) -> dict[str, Any]:
     """Predictions of every fitted technique x axis of ``family`` at ``macs_per_sample``: the predicted
     speedup, whether it pays (>= :data:`PAYS_AT`), and the family's predicted crossover."""
     fits = [f for f in the_map.get("fits", []) if f["workload"] == family]
+    if not fits and family in _FALLBACK:
+        family = _FALLBACK[family]
+        fits = [f for f in the_map.get("fits", []) if f["workload"] == family]
     if not fits:
         have = sorted({f["workload"] for f in the_map.get("fits", [])})
         raise ValueError(f"the map has no fits for family {family!r}; it has: {', '.join(have) or 'none'}")

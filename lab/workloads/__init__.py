@@ -1,16 +1,17 @@
 """Workloads: the seeds' three models and a Transformer, on data that needs no download, behind one registry.
 
 Importing this package registers the built-ins ``ctr`` (DLRM on a planted click log), ``sequence`` (LSTM on
-ordered events), ``vision`` (ResNet on real MNIST digits) and ``transformer`` (an encoder on ordered token
-streams) through ``register_workload``, the same door a user's own workload goes through, from Python, from
-a spec (``module:NAME`` / ``file.py:NAME``, see :mod:`.spec`), from ``LAB_WORKLOADS`` or from a
-``lab.workloads`` entry point. Each built-in has a model-size ladder (``Workload.scales``, issue 15).
+ordered events), ``vision`` (ResNet on real MNIST digits), ``transformer`` (an encoder on ordered token
+streams) and ``mlp`` (a plain MLP on teacher-labelled rows: the crossover map's dense reference) through
+``register_workload``, the same door a user's own workload goes through, from Python, from a spec
+(``module:NAME`` / ``file.py:NAME``, see :mod:`.spec`), from ``LAB_WORKLOADS`` or from a ``lab.workloads``
+entry point. Each built-in has a model-size ladder (``Workload.scales``, issue 15).
 Notebooks: ``notebooks/00_tour.ipynb``, ``notebooks/07_scale.ipynb``; README "Bring your own workload".
 """
 
 from __future__ import annotations
 
-from . import base, ctr, sequence, transformer, vision
+from . import base, ctr, mlp, sequence, transformer, vision
 from .base import SCALE_NAMES, Datasets, Rung, SizeSpec, Workload, register_workload, registered
 from .spec import ENV_VAR, is_spec, load_environment, load_spec, spec_of
 
@@ -37,7 +38,7 @@ def list_workloads() -> list[str]:
     load_environment()
     return base.list_workloads()
 
-for _module in (ctr, sequence, transformer, vision):
+for _module in (ctr, mlp, sequence, transformer, vision):
     # overwrite=True keeps importlib.reload(lab.workloads) idempotent; a user's duplicate still raises.
     register_workload(_module.WORKLOAD, overwrite=True)
 del _module
