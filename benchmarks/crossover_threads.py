@@ -12,9 +12,10 @@ WebDataset shards on the emulated ``network_fs``, Pillow decode per sample), per
 thread prefetcher" against "cores-1 compute threads + 1 DataLoader worker", interleaved ``lab.run``s, the
 throughput ratio with its bootstrap 95 % CI, and the smallest rung from which the worker stops paying, with
 the lab rule's pick per rung (goal: it picks the measured winner on >= 75 % of the rungs the CI separates).
-``--quick``: sequence, vision, transformer at rungs xs, m, l, four cheap techniques, 3 rounds; vision
-ladder xs, m, l, 3 rounds of 8 steps. Full: + ctr, four rungs each, 4 rounds; ladder xs..l, 5 rounds of
-12 steps (xl is left out: one 2-thread step of its 11 M-parameter ResNet costs seconds here).
+``--quick``: the Transformer at rungs xs and l (650x apart) with bf16, dynamic int8 and fused Adam, 3 rounds;
+vision ladder xs, m, l, 3 rounds of 6 steps. Full: sequence, vision and Transformer at xs, m, l, + channel
+pruning; ladder xs, s, m, l, 4 rounds of 10 steps (xl is left out: one 2-thread step of its 11 M-parameter
+ResNet costs seconds here). The 2-thread half costs several times the 1-thread half on a shared box.
 On a shared 2-core box other load swings multi-threaded timings by several times: read the CIs.
 """
 

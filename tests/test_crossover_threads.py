@@ -112,6 +112,7 @@ def test_workers_along_ladder_finds_where_the_worker_stops_paying() -> None:
     assert [r["verdict"] for r in rows] == [PAYS, PAYS, UNCLEAR, LOSES]
     assert rows[0]["ratio"] == pytest.approx(1.8, rel=0.03) and rows[0]["ci95"][0] > 1
     assert rows[0]["params"] == 1000 and rows[0]["loader_ms_per_batch"] == pytest.approx(10.0)
+    assert "loader-bound" in rows[0]["why"] and "compute-bound" in rows[3]["why"]  # same step time in both pairs
     ans = out["answer"]
     assert ans["stops_paying_from"]["rung"] == "m" and ans["costs_from"]["rung"] == "l"
     assert "stops paying from m" in ans["text"]

@@ -164,17 +164,26 @@ def _headline(rows: list[dict[str, Any]], flips: list[dict[str, Any]], scaling: 
     return out
 
 
-def _ladder_why(v: str, loader_ms: float, compute_ms: float, wait: float, cores: int) -> str:
-    facts = (f"read + decode {loader_ms:.3g} ms per batch, compute {compute_ms:.3g} ms per step at {cores} threads, "
-             f"data wait {100 * wait:.0f}% with the thread prefetcher")
+def ladder_why(row: dict[str, Any], cores: int) -> str:
+    """Why the worker pair won or lost at this rung, from the row's own evidence: whether the all-cores step
+    itself got slower (compute threads preempted), or the step waited for data (loader-bound)."""
+    a, w = row["pairs"]["all_cores"], row["pairs"]["worker"]
+    ca, cw, wait = row["compute_ms_per_step"], row["compute_ms_per_step_worker"], a["data_wait_fraction"] or 0.0
+    facts = (f"read + decode {row['loader_ms_per_batch']:.3g} ms per batch; compute {ca:.3g} ms per step at {cores} "
+             f"threads, {cw:.3g} ms at {cores - 1}; data wait {100 * wait:.0f}% with the prefetcher, "
+             f"{100 * (w['data_wait_fraction'] or 0.0):.0f}% with the worker")
+    v = row["verdict"]
+    if v == PAYS and ca > 1.1 * cw:
+        return (f"the {cores}-thread step is slower than the {cores - 1}-thread one: decoding in a thread of the "
+                f"training process (and any other load) preempts a compute thread, and the others wait for it at "
+                f"every barrier; a worker process takes the decoding off those threads. {facts}")
     if v == PAYS:
-        return (f"loader-bound: {facts}; a worker process decodes beside the step, where the prefetcher thread "
-                f"competes with {cores} compute threads for {cores} cores")
+        return f"loader-bound: the step waits for data with the prefetcher; a worker decodes beside it. {facts}"
     if v == LOSES:
-        return f"compute-bound: {facts}; the core is worth more to the step than to decoding"
+        return f"compute-bound: the core is worth more to the step than to decoding. {facts}"
     if v == UNCLEAR:
-        return f"within noise: {facts}"
-    return f"fewer than {MIN_SAMPLES} samples per pair: no interval, no verdict; {facts}"
+        return f"within noise. {facts}"
+    return f"fewer than {MIN_SAMPLES} samples per pair: no interval, no verdict. {facts}"
 
 
 def workers_along_ladder(workload: str = "vision", rungs: Sequence[str] | None = None, *,
@@ -240,8 +249,8 @@ def workers_along_ladder(workload: str = "vision", rungs: Sequence[str] | None =
             "rule": {"threads": rule["threads"], "workers": rule["workers"], "text": rule["text"]},
             "rule_measured": pick in (all_pair, worker_pair),
             "rule_agrees": None if winner is None or pick not in (all_pair, worker_pair) else pick == winner,
-            "error": seen.get("error"),
-            "why": _ladder_why(v, w["loader_ms_per_batch"], a["compute_ms_per_step"], a["data_wait_fraction"], cores)})
+            "error": seen.get("error")})
+        rows[-1]["why"] = ladder_why(rows[-1], cores)
     return {"workload": workload, "size": size, "storage": storage, "cores": cores, "repeats": repeats,
             "max_steps": max_steps, "pairs": [list(all_pair), list(worker_pair)], "rows": rows,
             "answer": stops_paying(rows)}
