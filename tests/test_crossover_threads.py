@@ -65,7 +65,9 @@ def test_compare_finds_the_flip_and_the_baselines_thread_scaling() -> None:
     assert not rows[("xs", "bf16")]["flipped"] and not rows[("l", "fused_optimizer")]["flipped"]
     assert rows[("xs", "fp16")]["verdict_1"] == NO_VERDICT and not rows[("xs", "fp16")]["flipped"]
     assert [(f["rung"], f["technique"]) for f in out["flips"]] == [("l", "bf16")]
-    assert out["headline"][0].startswith("1 of 3 technique verdicts")
+    assert out["headline"][0].startswith("1 of 3 technique verdicts") and "(1 of them from pays to loses" in \
+        out["headline"][0]
+    assert big["reversed"] and not rows[("xs", "bf16")]["reversed"]
     assert out["crossovers"][0]["moved"] and "l -> never" in out["headline"][-1]
 
 

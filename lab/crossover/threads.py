@@ -130,7 +130,8 @@ def compare_maps(map_1: dict[str, Any], map_n: dict[str, Any]) -> dict[str, Any]
         rows.append({"workload": wl, "rung": rung, "params": a["params"], "macs_per_sample": a["macs_per_sample"],
                      "technique": tech, "axis": axis, "speedup_1": a["speedup"], "ci_1": [a["ci_lo"], a["ci_hi"]],
                      "speedup_n": b["speedup"], "ci_n": [b["ci_lo"], b["ci_hi"]], "verdict_1": v1, "verdict_n": vn,
-                     "base_scaling": bs, "tech_scaling": ts, "flipped": flipped, "why": why})
+                     "base_scaling": bs, "tech_scaling": ts, "flipped": flipped,
+                     "reversed": flipped and {v1, vn} == {PAYS, LOSES}, "why": why})
     cross_n = {(c["workload"], c["technique"], c["axis"]): c for c in map_n.get("crossovers", [])}
     crossovers = [{"workload": c["workload"], "technique": c["technique"], "axis": c["axis"],
                    "measured_rung_1": c.get("measured_rung"), "measured_params_1": c.get("measured_params"),
@@ -146,7 +147,8 @@ def compare_maps(map_1: dict[str, Any], map_n: dict[str, Any]) -> dict[str, Any]
 def _headline(rows: list[dict[str, Any]], flips: list[dict[str, Any]], scaling: list[dict[str, Any]],
               crossovers: list[dict[str, Any]], tn: int) -> list[str]:
     judged = [r for r in rows if NO_VERDICT not in (r["verdict_1"], r["verdict_n"])]
-    out = [f"{len(flips)} of {len(judged)} technique verdicts (workload x rung x axis) flip between 1 and {tn} threads"]
+    out = [f"{len(flips)} of {len(judged)} technique verdicts (workload x rung x axis) flip between 1 and {tn} threads"
+           f" ({sum(r['reversed'] for r in flips)} of them from pays to loses or back)"]
     for r in flips:
         out.append(f"  {r['workload']} {r['rung']} ({r['params']:,} params) {r['technique']} "
                    f"{r['axis'].replace('_', ' ')}: {r['verdict_1']} at 1 thread ({fmt_x(r['speedup_1'])}) -> "
