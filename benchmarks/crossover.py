@@ -26,7 +26,7 @@ from _common import parse_args
 
 from lab import crossover
 
-WORKLOADS = ["ctr", "sequence", "vision", "transformer", "mlp"]
+WORKLOADS = list(crossover.MAP_WORKLOADS)
 
 
 def main() -> None:

@@ -3,8 +3,11 @@ your model sits on that map (issue 15).
 
 Reads the committed map ``benchmarks/results/<hardware-id>/crossover.json`` (``LAB_CROSSOVER_JSON`` overrides;
 the first ``benchmarks/results/*/crossover.json`` when this machine has none), or measures a small map on
-request (two workloads, three rungs, two techniques: about a minute on 2 cores). Logic lives in
-:mod:`lab.crossover`, figures in :mod:`lab.plots.scale`; the page is thin. Wired into ``dashboard/app.py``'s
+request (two workloads, three rungs, two techniques: about a minute on 2 cores). Section "Threads" reads the
+committed threads study ``crossover_threads.json`` beside it (``LAB_CROSSOVER_THREADS_JSON`` overrides): the
+map at 1 thread against all cores, and loader workers against compute threads along the vision ladder.
+Logic lives in :mod:`lab.crossover`, figures in :mod:`lab.plots.scale` and :mod:`lab.plots.scale_threads`;
+the page is thin. Wired into ``dashboard/app.py``'s
 tabs by the lead: ``from page_scale import TITLE, render``.
 """
 
@@ -17,24 +20,31 @@ from typing import Any
 
 import streamlit as st
 
-from lab.crossover import build_map, check_schema, place, place_workload
+from lab.crossover import build_map, check_schema, load_study, place, place_workload
 from lab.measure import environment_stamp
 from lab.plots.scale import crossover_figure, regime_figure
+from lab.plots.scale_threads import technique_threads_figure, thread_scaling_figure, workers_ladder_figure
 from lab.workloads import list_workloads
 
 TITLE = "Where does it pay?"
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 ENV_VAR = "LAB_CROSSOVER_JSON"
+THREADS_ENV_VAR = "LAB_CROSSOVER_THREADS_JSON"
 
 
-def find_map() -> Path | None:
-    """The map to show: ``$LAB_CROSSOVER_JSON``, this machine's, or the first committed one."""
-    if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR])
-    mine = RESULTS / environment_stamp()["hardware_id"] / "crossover.json"
+def find_map(name: str = "crossover.json", env_var: str = ENV_VAR) -> Path | None:
+    """The file to show: ``$env_var``, this machine's, or the first committed one."""
+    if os.environ.get(env_var):
+        return Path(os.environ[env_var])
+    mine = RESULTS / environment_stamp()["hardware_id"] / name
     if mine.exists():
         return mine
-    return next(iter(sorted(RESULTS.glob("*/crossover.json"))), None)
+    return next(iter(sorted(RESULTS.glob(f"*/{name}"))), None)
+
+
+@st.cache_data(show_spinner=False)
+def _load_study(path: str, mtime: float) -> dict[str, Any]:
+    return load_study(path)
 
 
 @st.cache_data(show_spinner=False)
@@ -51,6 +61,47 @@ def _small_map() -> dict[str, Any]:
 
 
 def render() -> None:
+    _render_map()
+    _render_threads()
+
+
+def _render_threads() -> None:
+    st.subheader("Threads")
+    st.caption("The map at 1 thread against all cores (what the other cores buy the fp32 step, and which "
+               "technique verdicts flip), and on file-backed vision whether a core given to a DataLoader worker "
+               "pays more than the same core given to compute, rung by rung.")
+    path = find_map("crossover_threads.json", THREADS_ENV_VAR)
+    if path is None or not path.exists():
+        st.info("No threads study yet: run `python benchmarks/crossover_threads.py --quick --json "
+                "benchmarks/results/<hardware-id>/crossover_threads.json` (or `python -m lab crossover "
+                "--threads-study --quick`).")
+        return
+    try:
+        study = _load_study(str(path), path.stat().st_mtime)
+    except (OSError, ValueError) as exc:
+        st.error(f"{path}: not a threads study ({exc})")
+        return
+    comp, lad = study["comparison"], study["ladder"]
+    st.caption(f"study: `{path}` ({'quick' if study.get('quick') else 'full'} settings, "
+               f"{study.get('env', {}).get('device_name')}, {study.get('cores')} cores; a shared machine)")
+    st.markdown("\n".join(f"- {line.strip()}" for line in comp["headline"]))
+    axis = st.radio("axis", ["train_step", "inference"], key="scale_threads_axis", horizontal=True)
+    st.plotly_chart(thread_scaling_figure(study, axis), key="scale_threads_scaling")
+    workloads = list(dict.fromkeys(r["workload"] for r in comp["rows"]))
+    if workloads:
+        wl = st.selectbox("workload", workloads, key="scale_threads_workload")
+        st.plotly_chart(technique_threads_figure(study, wl, axis), key="scale_threads_techniques")
+    st.markdown(f"**Loader worker or compute thread?** {lad['answer']['text']}.")
+    st.plotly_chart(workers_ladder_figure(study), key="scale_threads_workers")
+    st.dataframe([{"rung": r["rung"], "params": r["params"], "loader ms/batch": r["loader_ms_per_batch"],
+                   "compute ms/step": r["compute_ms_per_step"], "worker / all cores": r["ratio"],
+                   "CI95": r["ci95"], "verdict": r["verdict"],
+                   "rule's pick": f"{r['rule']['threads']} thread(s) + {r['rule']['workers']} worker(s)"}
+                  for r in lad["rows"]],
+                 key="scale_threads_table")
+
+
+def _render_map() -> None:
     st.header(TITLE)
     st.caption("Speedup of each technique against model size, measured on this machine: one training step and "
                "one inference call per rung of each workload's size ladder, arms interleaved, bootstrap 95 % CI. "

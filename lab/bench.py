@@ -74,7 +74,8 @@ BENCHMARK_FAMILY = {"data_loading": "data", "data_threads": "data", "data_skew":
                     "precision": "precision",
                     "pruning": "pruning",
                     "quantization": "quantization", "distributed": "distributed", "ablation": "ablation",
-                    "stacked": "stacked", "doctor": "doctor", "crossover": "crossover"}
+                    "stacked": "stacked", "doctor": "doctor", "crossover": "crossover",
+                    "crossover_threads": "crossover"}
 FAMILY_ORDER = ("stacked", "data", "precision", "pruning", "quantization", "distributed", "crossover", "overhead",
                 "ablation", "doctor")
 

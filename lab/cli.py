@@ -93,12 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--db", default=None, help="results store for the verification runs")
     dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
     cross = sub.add_parser("crossover", help="map each technique's speedup against model size (the ladders)")
-    cross.add_argument("--workloads", default="ctr,sequence,vision,transformer,mlp", help="comma-separated")
+    cross.add_argument("--workloads", default="", help="comma-separated (default: ctr,sequence,vision,transformer,mlp)")
     cross.add_argument("--techniques", default="", help="comma-separated (default: all; --quick: the cheap ones)")
     cross.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
     cross.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 5; --quick 4)")
     cross.add_argument("--quick", action="store_true", help="4 rungs per workload, cheap techniques (~2-3 min)")
     cross.add_argument("--json", metavar="PATH", help="write the map here")
+    cross.add_argument("--threads-study", action="store_true", help="the map at 1 thread vs all cores, and loader "
+                       "workers vs compute threads along the vision ladder (lab.crossover.threads)")
     return parser
 
 
@@ -321,8 +323,11 @@ def _cmd_crossover(args: argparse.Namespace) -> int:
     from lab import crossover
 
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] or \
-        list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
+    techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
+    if args.threads_study:
+        return crossover.threads_cli(args, workloads, techniques, lambda p: _writable_file(p, "--json"))
+    workloads = workloads or list(crossover.MAP_WORKLOADS)
+    techniques = techniques or list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
     crossover.check_names(workloads, techniques)
     RunConfig(threads=args.threads)  # the same threads check as a run: one line, before any work
     if args.repeats is not None and args.repeats < 3:

@@ -6,7 +6,8 @@ the inference call of every workload's size ladder (``Workload.scales``) with an
 (:mod:`.arms`, :mod:`.measure`: interleaved, repeated, bootstrap CIs), fits ``time = overhead + cost x MACs``
 per workload x technique x axis and reads off the crossover (:mod:`.fit`), tags each rung dispatch-,
 memory- or compute-bound with its evidence, writes the map (:mod:`.mapping`) and places any model on it
-(:mod:`.place`). CLI ``python -m lab crossover``; benchmark ``benchmarks/crossover.py``; notebook
+(:mod:`.place`); the map at 1 thread against all cores and loader workers along the ladder (:mod:`.threads`,
+:mod:`.threads_study`). CLI ``python -m lab crossover``; benchmark ``benchmarks/crossover.py``; notebook
 ``notebooks/07_scale.ipynb``; dashboard page "Where does it pay?".
 """
 
@@ -22,6 +23,7 @@ from lab.crossover.fit import Line, crossover_macs, fit_line, loo_error, predict
 from lab.crossover.mapping import (
     CROSSOVER_KEYS,
     FIT_KEYS,
+    MAP_WORKLOADS,
     QUICK_TECHNIQUES,
     ROW_KEYS,
     agreement,
@@ -31,13 +33,16 @@ from lab.crossover.mapping import (
 )
 from lab.crossover.place import describe, family_of, place, place_model, place_workload
 from lab.crossover.report import figures, headline_lines
+from lab.crossover.threads import compare_maps, stops_paying, workers_along_ladder
+from lab.crossover.threads_study import load_study, summary_lines, threads_cli, threads_study, write_study
 from lab.crossover.versus import predicted_vs_measured
 from lab.result import to_jsonable
 
-__all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "QUICK_TECHNIQUES", "ROW_KEYS", "TECHNIQUES", "agreement",
-           "analyse", "build_map", "check_names", "check_schema", "crossover_macs", "describe", "family_of",
-           "figures", "fit_line", "headline_lines", "load_map", "loo_error", "place", "place_model",
-           "place_workload", "predicted_speedup", "predicted_vs_measured", "regime", "write_map"]
+__all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK_TECHNIQUES", "ROW_KEYS",
+           "TECHNIQUES", "agreement", "analyse", "build_map", "check_names", "check_schema", "compare_maps", "crossover_macs", "describe",
+           "family_of", "figures", "fit_line", "headline_lines", "load_map", "load_study", "loo_error", "place",
+           "place_model", "place_workload", "predicted_speedup", "predicted_vs_measured", "regime", "stops_paying",
+           "summary_lines", "threads_cli", "threads_study", "workers_along_ladder", "write_map", "write_study"]
 
 
 def check_schema(the_map: dict[str, Any]) -> None:

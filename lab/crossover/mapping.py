@@ -39,6 +39,8 @@ CROSSOVER_KEYS = ("workload", "technique", "axis", "measured_params", "measured_
                   "predicted_macs")
 FIT_KEYS = ("workload", "technique", "axis", "base_overhead_ms", "base_ms_per_mmac", "tech_overhead_ms",
             "tech_ms_per_mmac", "loo_error")
+#: The ladders a map covers by default: the four built-in families and the dense reference.
+MAP_WORKLOADS = ("ctr", "sequence", "vision", "transformer", "mlp")
 #: ``--quick``: techniques cheap to build (no compile, no FX calibration, no worker processes) and, per
 #: workload, the four rungs that span >= 100x parameters (ctr's embeddings make its lower rungs close).
 QUICK_TECHNIQUES = ("bf16", "fp16", "auto", "dynamic_int8", "prune50", "fused_optimizer")
