@@ -38,11 +38,12 @@ from lab.crossover.threads_study import load_study, summary_lines, threads_cli, 
 from lab.crossover.versus import predicted_vs_measured
 from lab.result import to_jsonable
 
-__all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK_TECHNIQUES", "ROW_KEYS",
-           "TECHNIQUES", "agreement", "analyse", "build_map", "check_names", "check_schema", "compare_maps", "crossover_macs", "describe",
-           "family_of", "figures", "fit_line", "headline_lines", "load_map", "load_study", "loo_error", "place",
-           "place_model", "place_workload", "predicted_speedup", "predicted_vs_measured", "regime", "stops_paying",
-           "summary_lines", "threads_cli", "threads_study", "workers_along_ladder", "write_map", "write_study"]
+__all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK_TECHNIQUES", "ROW_KEYS", "TECHNIQUES",
+           "agreement", "analyse", "build_map", "check_names", "check_schema", "compare_maps", "crossover_macs",
+           "describe", "family_of", "figures", "fit_line", "headline_lines", "load_map", "load_study", "loo_error",
+           "place", "place_model", "place_workload", "predicted_speedup", "predicted_vs_measured", "regime",
+           "stops_paying", "summary_lines", "threads_cli", "threads_study", "workers_along_ladder", "write_map",
+           "write_study"]
 
 
 def check_schema(the_map: dict[str, Any]) -> None:
