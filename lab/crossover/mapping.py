@@ -52,6 +52,10 @@ QUICK_BATCH_DIVISOR = 4  # quick: a quarter of the workload's batch (the fits sa
 #: compares like with like. Other ladders: half their batch (full), a quarter (quick).
 MAP_BATCH = {False: {"ctr": 512, "sequence": 64, "vision": 16, "transformer": 32, "mlp": 128},
              True: {"mlp": 128}}
+#: Techniques timed on some rungs only, because building their arm costs far more than timing it: one
+#: torch.compile of a training step took 20-50 s on this 2-core box (cold Inductor cache), ~60 % of the full
+#: map's time when compiled at every rung. Three rungs still span the ladder and give the fit two degrees.
+SPARSE_RUNGS = {"compile": ("xs", "m", "xl")}
 #: Seconds of interleaved timing per rung x axis after which the rounds stop (at least 3 are always run):
 #: the xl rungs' 1-2 s steps made the full map take 45 min on this 2-core box at 5 fixed rounds.
 AXIS_BUDGET_S = {True: 8.0, False: 20.0}
@@ -98,9 +102,13 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
             wl = get_workload(name)
             batch = (batch_size or {}).get(name) or map_batch(name, quick)
             too_slow: dict[tuple[str, str], str] = {}
-            for rung in (rungs or {}).get(name) or default_rungs(name, quick):
+            ladder = list((rungs or {}).get(name) or default_rungs(name, quick))
+            for rung in ladder:
+                sparse = {(t, a): f"{t} is timed on rungs {', '.join(at)} only (building its arm costs 20-50 s here)"
+                          for t, at in SPARSE_RUNGS.items() if t in techniques and rung not in at
+                          and len([g for g in ladder if g in at]) >= 2 for a in TECHNIQUES[t]}
                 f, r = measure_rung(wl, rung, list(techniques), repeats=repeats, block_ms=15.0 if quick else 40.0,
-                                    batch_size=batch, skip=too_slow, progress=progress,
+                                    batch_size=batch, skip={**sparse, **too_slow}, progress=progress,
                                     axis_budget_s=AXIS_BUDGET_S[quick])
                 facts.append(f)
                 rows += r
