@@ -1,8 +1,9 @@
 """The ablation's tables as a person reads them: readable column names with units, 2-3 significant
 digits, each interval next to its estimate ("1.24x [1.05, 1.40]"), "n = 1: no interval" instead of a
-zero-width one, an axis the arm cannot change as "does not apply", and the "why" as sentences under the
-table rather than a column. The raw table (``summarize``'s, all 36 columns at full precision) stays
-the CSV download.
+zero-width one, an axis the arm cannot change as "does not apply", an arm the capability gate refused
+before training (:class:`lab.precision.NotApplicable`) as "does not apply here" with its reason, and the
+"why" as sentences under the table rather than a column. The raw table (``summarize``'s, all 36 columns at
+full precision) stays the CSV download.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 
 from lab.ablation.summary import AA_ARM, SPEED_AXIS
 from lab.plots.common import ci_text
+from lab.precision import not_applicable_reason
 
 #: Readable names of the speed columns.
 SPEED_NAMES = {"train_speedup": "Training speedup", "step_speedup": "Step speedup",
@@ -36,6 +38,8 @@ def _sig(x: Any, digits: int = 3, unit: str = "") -> str:
 
 
 def _speed(row: pd.Series, col: str) -> str:
+    if not_applicable_reason(row.get("error")):
+        return "does not apply here"
     if SPEED_AXIS[col] not in str(row.get("axes") or "").split(","):
         return "does not apply"
     est = _num(row.get(col))
@@ -80,7 +84,7 @@ def ablation_table(df: pd.DataFrame) -> pd.DataFrame:
             "MACs (x fewer)": _sig(r.get("macs_ratio"), 3, "x"),
             "Peak memory (MB)": _sig(r.get("peak_memory_mb"), 3),
             "Training time (s)": _sig(r.get("train_time_s"), 3),
-            "Status": str(r.get("status") or ""),
+            "Status": "does not apply here" if not_applicable_reason(r.get("error")) else str(r.get("status") or ""),
         })
     out = pd.DataFrame(rows)
     if len(out.columns):
@@ -94,6 +98,10 @@ def why_lines(df: pd.DataFrame) -> list[str]:
     same tag from several runs (differing only in its measured numbers) is said once, with its count."""
     out = []
     for _, r in df.iterrows():
+        refused = not_applicable_reason(r.get("error"))
+        if refused:
+            out.append(f"**{r['arm']}** does not apply here (refused before training): {refused}")
+            continue
         why = str(r.get("why") or "").strip()
         if not why or why == "nan":
             continue
