@@ -154,6 +154,9 @@ def show_versus(df, runs_by_arm: dict | None, key: str = "versus") -> None:
     except Exception as exc:  # noqa: BLE001 - a prediction that cannot be made must not hide the ablation
         st.info(f"The map cannot place `{cfg['workload']}`: {exc}")
         return
+    # only the axes an arm competes on (a precision arm's inference runs in fp32; a refused arm has none)
+    competes = {a: str(x).split(",") for a, x in zip(df["arm"], df.get("axes", [""] * len(df)), strict=True)}
+    found = [r for r in found if r["axis"] in competes.get(r["arm"], [])]
     if not found:
         known = ", ".join(sorted(ARM_TO_TECHNIQUE))
         st.info(f"No arm of this ablation has a counterpart on the map (single-technique arms it knows: {known}).")

@@ -283,6 +283,8 @@ def _print_versus(df: Any, base: RunConfig) -> None:
     except (OSError, ValueError) as exc:
         print(f"predicted vs measured: {exc}")
         return
+    competes = {a: str(x).split(",") for a, x in zip(df["arm"], df["axes"], strict=True)}
+    rows = None if rows is None else [r for r in rows if r["axis"] in competes.get(r["arm"], [])]
     if not rows:
         print("predicted vs measured: " + ("no arm has a counterpart on the map" if rows is not None else
                                            f"no crossover map for this hardware id at {path}"))

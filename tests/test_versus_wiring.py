@@ -50,15 +50,15 @@ def test_versus_figure_has_one_marker_per_arm_and_axis_whiskers_and_the_identity
     assert [agrees(r) for r in ROWS] == [True, False, None, None]
 
 
-def _synthetic_map(path: Path) -> None:
+def _synthetic_map(path: Path, family: str = "sequence") -> None:
     base, tech = Line(2.0, 0.05), Line(6.0, 0.025)  # bf16 loses on small models, wins on large ones
     facts, rows = [], []
     for i, rung in enumerate(["xs", "s", "m", "l"]):
         macs, params = 10.0 ** (4 + i), 10 ** (3 + i)
-        facts.append({"workload": "sequence", "rung": rung, "params": params, "macs_per_sample": macs,
+        facts.append({"workload": family, "rung": rung, "params": params, "macs_per_sample": macs,
                       "batch_size": 32})
         b, t = float(base(macs)), float(tech(macs))
-        rows.append({"workload": "sequence", "rung": rung, "params": params, "macs_per_sample": macs,
+        rows.append({"workload": family, "rung": rung, "params": params, "macs_per_sample": macs,
                      "technique": "bf16", "axis": "train_step", "speedup": b / t, "ci_lo": 0.97 * b / t,
                      "ci_hi": 1.03 * b / t, "base_ms": b, "tech_ms": t, "why": ""})
     write_map({**analyse(rows, facts), "env": {"device_name": "test CPU"}}, path)
@@ -130,7 +130,8 @@ def _versus_only(kind: str, dashboard: str) -> None:
 
     workload = "ctr" if kind == "unplaceable" else "sequence"
     arm = "prune50" if kind == "no_arm" else "bf16"
-    df = pd.DataFrame([{"arm": "baseline", "step_speedup": 1.0}, {"arm": arm, "step_speedup": 1.1}])
+    df = pd.DataFrame([{"arm": "baseline", "step_speedup": 1.0, "axes": "train_step,train"},
+                       {"arm": arm, "step_speedup": 1.1, "axes": "train_step,train"}])
     run = RunResult(run_id="0" * 32, config=RunConfig(workload=workload, size="tiny").to_dict(), env={})
     _views.show_versus(df, {"baseline": [run]})
 
@@ -147,3 +148,19 @@ def test_versus_without_a_map_an_arm_or_a_ladder_says_so_in_one_line(kind, says,
     assert not at.exception, at.exception
     assert any(says in i.value for i in at.info), [i.value for i in at.info]
     assert not at.get("plotly_chart")
+
+
+def test_cli_ablate_prints_predicted_vs_measured(toy_workload, tmp_path, monkeypatch, capsys):
+    from lab.cli import main
+
+    _synthetic_map(tmp_path / "crossover.json", family="transformer")  # a Linear stack reads as transformer
+    monkeypatch.setenv("LAB_CROSSOVER_JSON", str(tmp_path / "crossover.json"))
+    assert main(["ablate", "--workload", "toy", "--size", "tiny", "--techniques", "bf16", "--repeats", "1",
+                 "--threads", "1", "--db", str(tmp_path / "r.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "map predicted bf16 (train_step) x" in out and "(no interval)" in out
+    assert "bf16 (inference)" not in out  # a precision arm does not compete on inference
+    monkeypatch.setenv("LAB_CROSSOVER_JSON", str(tmp_path / "none.json"))
+    assert main(["ablate", "--workload", "toy", "--size", "tiny", "--techniques", "bf16", "--repeats", "1",
+                 "--threads", "1", "--db", str(tmp_path / "r.sqlite")]) == 0  # resumed: nothing trains again
+    assert "predicted vs measured: no crossover map for this hardware id" in capsys.readouterr().out

@@ -37,10 +37,15 @@ def _sig(x: Any, digits: int = 3, unit: str = "") -> str:
     return "" if math.isnan(v) else f"{v:.{digits}g}{unit}"
 
 
+def _text(x: Any) -> str:
+    """A text cell's value; a missing one (None, or NaN for an arm with no finished run) is empty."""
+    return x if isinstance(x, str) else ""
+
+
 def _speed(row: pd.Series, col: str) -> str:
     if not_applicable_reason(row.get("error")):
         return "does not apply here"
-    if SPEED_AXIS[col] not in str(row.get("axes") or "").split(","):
+    if SPEED_AXIS[col] not in _text(row.get("axes")).split(","):
         return "does not apply"
     est = _num(row.get(col))
     if math.isnan(est):
@@ -68,17 +73,18 @@ def _loss(row: pd.Series) -> str:
 def ablation_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per arm, humanised (see the module docstring)."""
     rows = []
+    metric_name = next((m for m in df.get("metric_name", []) if _text(m)), "metric")  # an arm without runs has none
     for _, r in df.iterrows():
         arm = str(r["arm"])
         rows.append({
             "Arm": "A/A (baseline again: noise floor)" if arm == AA_ARM else arm,
             "Techniques": ", ".join(r["techniques"]) if isinstance(r.get("techniques"), (list, tuple))
             else str(r.get("techniques") or "none"),
-            "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in str(r.get("axes") or "").split(",") if a),
+            "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in _text(r.get("axes")).split(",") if a),
             "Runs ok": f"{int(_num(r.get('n_ok')) or 0)}/{int(_num(r.get('n_runs')) or 0)}"
             if not math.isnan(_num(r.get("n_runs"))) else "",
             **{f"{name} (x, 95 % CI)": _speed(r, col) for col, name in SPEED_NAMES.items()},
-            f"Accuracy loss ({r.get('metric_name') or 'metric'}, 95 % CI)": _loss(r),
+            f"Accuracy loss ({metric_name}, 95 % CI)": _loss(r),
             "Seed noise (pt)": _sig(r.get("noise_pt"), 2),
             "Size (x smaller)": _sig(r.get("size_ratio"), 3, "x"),
             "MACs (x fewer)": _sig(r.get("macs_ratio"), 3, "x"),
