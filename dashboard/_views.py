@@ -150,7 +150,9 @@ def show_versus(df, runs_by_arm: dict | None, key: str = "versus") -> None:
     rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
             for r in df[[c for c in cols if c in df.columns]].to_dict("records")]
     try:
-        found = _versus_rows(where, rows, cfg["workload"], cfg.get("size") or "small", cfg.get("model_scale"))
+        # a user's model by its spec (file.py:NAME), so a process that has not loaded it yet can place it too
+        found = _versus_rows(where, rows, cfg.get("workload_spec") or cfg["workload"], cfg.get("size") or "small",
+                             cfg.get("model_scale"))
     except Exception as exc:  # noqa: BLE001 - a prediction that cannot be made must not hide the ablation
         st.info(f"The map cannot place `{cfg['workload']}`: {exc}")
         return

@@ -278,7 +278,8 @@ def _print_versus(df: Any, base: RunConfig) -> None:
 
     path = Path(os.environ.get("LAB_CROSSOVER_JSON") or crossover_path(environment_stamp()["hardware_id"]))
     try:
-        rows = crossover.predicted_vs_measured(crossover.load_map(path), df, base.workload, size=base.size,
+        rows = crossover.predicted_vs_measured(crossover.load_map(path), df, base.workload_spec or base.workload,
+                                               size=base.size,
                                                model_scale=base.model_scale) if path.exists() else None
     except (OSError, ValueError) as exc:
         print(f"predicted vs measured: {exc}")

@@ -3,8 +3,10 @@
 Why a gate: low precision only pays where the hardware has native kernels. On a CPU without bf16
 instructions bf16 autocast is emulated and can be several times *slower* than fp32; fp16 on most CPUs has
 no native matmul at all. :func:`capability` reads the real ISA flags (``/proc/cpuinfo``) or the CUDA compute
-capability, and a run on emulated precision carries a "why" tag. ``auto`` measures a few interleaved steps
-through the run's own ``ctx.fit`` and never picks a precision that is not faster than fp32 (:func:`decide_auto`).
+capability, and a run on emulated precision carries a "why" tag. Flags are not kernels: :func:`model_gate`
+refuses what the flags allow but a model's layers make hopeless (fp16 convolutions on a CPU), before any work.
+``auto`` measures a few interleaved steps through the run's own ``ctx.fit`` and never picks a precision that is
+not faster than fp32 (:func:`decide_auto`).
 Taught in ``notebooks/02_mixed_precision.ipynb``.
 """
 
