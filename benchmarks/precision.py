@@ -37,7 +37,7 @@ from torch import nn
 
 from lab import RunConfig, run
 from lab.measure import block_ms, bootstrap_ratio_ci, error_text, interleaved_ms, median
-from lab.precision import FP32, PrecisionPolicy, accuracy_verdict, capability, tf32
+from lab.precision import FP32, NotApplicable, PrecisionPolicy, accuracy_verdict, capability, tf32
 from lab.workloads import get_workload, register_workload
 
 CPU_ARMS = ("fp32", "bf16", "fp16", "auto")
@@ -83,6 +83,7 @@ def main() -> None:
         cl = channels_last_workload("vision")
         arms += [("channels_last", cl, "fp32", False), ("channels_last+bf16", cl, "bf16", False)]
     runs: dict[tuple[str, str], list] = {}
+    refused: dict[tuple[str, str], str] = {}
     for rep in range(repeats):
         for label, workload, dtype, use_tf32 in arms:
             # fp16 convolutions on a CPU run ~30x slower than fp32 (no fast kernels): a few steps give the ratio.
@@ -92,12 +93,19 @@ def main() -> None:
                             warmup_steps=5, seed=rep, device=device).with_overrides(**{"precision.dtype": dtype})
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            with tf32(use_tf32) if cuda else contextlib.nullcontext():
-                res = run(cfg)
+            try:
+                with tf32(use_tf32) if cuda else contextlib.nullcontext():
+                    res = run(cfg)
+            except NotApplicable as exc:  # the model gate (fp16 convolutions on a CPU): refused before training
+                refused[(workload, label)] = str(exc)
+                continue
             runs.setdefault((workload, label), []).append(res)
             print(f"  rep {rep} {workload:12s} {label:20s} {res.median_step_ms:8.2f} ms/step  {res.why}")
 
     figures, decisions = [], {}
+    for (workload, label), why in refused.items():
+        figures.append(figure(f"{workload}/{label} speedup vs fp32", float("nan"), unit="x",
+                              note=f"does not apply here: {why}"[:200]))
     for (workload, label), rs in runs.items():
         base_wl = workload.removesuffix("_cl")
         base = runs[(base_wl, "fp32")]

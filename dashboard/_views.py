@@ -1,13 +1,22 @@
 """What the Ablation and Stored-runs tabs draw for one ablation table: the verdict, the figures one under
 the other (a half-width column cuts titles and squashes bars), the humanised table and the "why" as
 sentences, the factorial effects, and each family's details for the chosen arm (selection kept across
-reruns by its widget key; no expander, which collapsed on every selection)."""
+reruns by its widget key; no expander, which collapsed on every selection), and what this machine's
+crossover map predicted for each arm beside what the ablation measured (:func:`show_versus`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 import streamlit as st
 
+from lab import crossover
 from lab.ablation import interaction_effects, pareto_front, verdict
+from lab.crossover.versus import ARM_TO_TECHNIQUE, AXIS_COLUMN
+from lab.doctor.rates import crossover_path
+from lab.measure import environment_stamp
 from lab.plots import (
     ablation_table,
     effects_table,
@@ -18,6 +27,11 @@ from lab.plots import (
     technique_notes,
 )
 from lab.plots.tables import why_lines
+from lab.plots.versus import versus_figure, versus_table
+from lab.precision import not_applicable_reason
+
+#: Overrides the map (the same variable the "Where does it pay?" page reads).
+MAP_ENV_VAR = "LAB_CROSSOVER_JSON"
 
 
 def table_height(n_rows: int, cap: int = 720) -> int:
@@ -30,6 +44,17 @@ def show_table(df, key: str) -> None:
                  height=table_height(len(df)))
 
 
+def fill_errors(df, stored: dict) -> None:
+    """The Ablation tab rebuilds its table from the finished (ok) runs only, so an arm that never ran (refused
+    by a capability gate, or failed) has no message there: take it from that arm's stored error runs
+    (``lab.ablation.load_stored``), so the arm says why instead of "None"."""
+    for i, row in df.iterrows():
+        if row["status"] == "error" and not isinstance(row.get("error"), str):
+            errors = sorted({r.error for r in stored.get(row["arm"], []) if r.status != "ok" and r.error})
+            if errors:
+                df.at[i, "error"] = "; ".join(errors)
+
+
 def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, budget_pt: float) -> None:
     said = verdict(df, budget_pt, speed=speed)
     (st.success if said["winner"] else st.warning)(f"Verdict ({speed_name}): {said['text']}")
@@ -37,7 +62,11 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
                "inference and size; precision, loaders, compile: training); the A/A arm reruns the baseline "
                "and shows the noise floor. Hover a point or a bar for its interval and why.")
     for _, row in df[df["status"] != "ok"].iterrows():
-        st.error(f"Arm {row['arm']}: {row['error']}")
+        refused = not_applicable_reason(row.get("error"))
+        if refused:
+            st.info(f"Arm {row['arm']} does not apply here (refused before training): {refused}")
+        else:
+            st.error(f"Arm {row['arm']}: {row['error']}")
     st.plotly_chart(speedup_vs_accuracy(df, speed=speed, front=pareto_front(df, speed), budget_pt=budget_pt),
                     key="pareto_chart")
     st.plotly_chart(speedup_bars(df), key="speedup_chart")
@@ -51,6 +80,7 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
         st.caption("Factorial effects on the speed axis with 95 % intervals: main effects, 2-way and 3-way terms.")
         st.dataframe(effects_table(effects), key="interactions", hide_index=True, width="stretch",
                      height=table_height(len(effects)))
+    show_versus(df, runs_by_arm)
     if runs_by_arm:
         show_details(runs_by_arm)
     st.download_button("Download CSV (every column, full precision)", df.to_csv(index=False),
@@ -75,3 +105,68 @@ def show_details(runs_by_arm: dict) -> None:
         st.caption("Nothing technique-specific to show for this arm (the baseline trains plain fp32).")
     for name, fig in figs.items():
         st.plotly_chart(fig, key=f"detail_{name}")
+
+
+def this_machine_map() -> tuple[dict[str, Any] | None, str]:
+    """(this hardware id's crossover map or None, where it was looked for or why it is unusable). Only this
+    machine's map: another machine's predictions say nothing about the speedups measured here."""
+    hw = environment_stamp()["hardware_id"]
+    path = Path(os.environ.get(MAP_ENV_VAR) or crossover_path(hw))
+    if not path.exists():
+        return None, (f"No crossover map for this hardware id ({hw}) at `{path}`: run `python -m lab crossover "
+                      f"--quick --json {path}` to see the map's predictions beside these measurements.")
+    try:
+        return _load_map(str(path), path.stat().st_mtime), f"`{path}`"
+    except (OSError, ValueError) as exc:
+        return None, f"`{path}` is not a crossover map ({exc}): no predictions to compare."
+
+
+@st.cache_data(show_spinner=False)
+def _load_map(path: str, mtime: float) -> dict[str, Any]:
+    return crossover.load_map(path)
+
+
+@st.cache_data(show_spinner=False)
+def _versus_rows(path_note: str, rows: list[dict[str, Any]], workload: str, size: str,
+                 model_scale: str | None) -> list[dict[str, Any]]:
+    the_map, _ = this_machine_map()
+    return crossover.predicted_vs_measured(the_map, rows, workload, size=size, model_scale=model_scale)
+
+
+def show_versus(df, runs_by_arm: dict | None, key: str = "versus") -> None:
+    """Issue 15 item 3: the map's predicted speedup per arm and axis (at the ablation's model size) against the
+    measured one with its CI; one line instead when there is no map, no ladder or no arm the map knows."""
+    st.subheader("Predicted by the map vs measured")
+    base = next(iter((runs_by_arm or {}).get("baseline") or []), None)
+    cfg = (base.config if base is not None else None) or {}
+    if not cfg.get("workload"):
+        st.info("No baseline run to read the workload from: nothing to place on the crossover map.")
+        return
+    the_map, where = this_machine_map()
+    if the_map is None:
+        st.info(where)
+        return
+    cols = ["arm", *[c + s for c in AXIS_COLUMN.values() for s in ("", "_lo", "_hi")]]
+    rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+            for r in df[[c for c in cols if c in df.columns]].to_dict("records")]
+    try:
+        # a user's model by its spec (file.py:NAME), so a process that has not loaded it yet can place it too
+        found = _versus_rows(where, rows, cfg.get("workload_spec") or cfg["workload"], cfg.get("size") or "small",
+                             cfg.get("model_scale"))
+    except Exception as exc:  # noqa: BLE001 - a prediction that cannot be made must not hide the ablation
+        st.info(f"The map cannot place `{cfg['workload']}`: {exc}")
+        return
+    # only the axes an arm competes on (a precision arm's inference runs in fp32; a refused arm has none)
+    competes = {a: str(x).split(",") for a, x in zip(df["arm"], df.get("axes", [""] * len(df)), strict=True)}
+    found = [r for r in found if r["axis"] in competes.get(r["arm"], [])]
+    if not found:
+        known = ", ".join(sorted(ARM_TO_TECHNIQUE))
+        st.info(f"No arm of this ablation has a counterpart on the map (single-technique arms it knows: {known}).")
+        return
+    st.caption(f"Map {where}, read at this workload's model size (size `{cfg.get('size')}`"
+               + (f", scale `{cfg['model_scale']}`" if cfg.get("model_scale") else "") + "). Agrees: the "
+               "predicted speedup lies inside the measured 95 % CI. The map's fits are per step at its ladder's "
+               "batch, so a different batch moves the fixed overhead's share.")
+    st.plotly_chart(versus_figure(found), key=f"{key}_chart")
+    table = versus_table(found)
+    st.dataframe(table, key=f"{key}_table", hide_index=True, width="stretch", height=table_height(len(table)))

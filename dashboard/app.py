@@ -100,6 +100,10 @@ with st.sidebar:
                               help="more seeds measure the accuracy noise band")
     threads = st.number_input("Threads (0 = torch default)", 0, 256, 1, key="threads",
                               help="fixed threads make A/B timings comparable on a shared machine")
+    profile = st.checkbox("Profile each arm's steps (op-class breakdown)", key="profile",
+                          help="after each run's timed steps, a few more under torch.profiler: where a step goes "
+                               "(matmul, elementwise, optimizer, overhead ...) per arm in Technique details; "
+                               "not used for any timing, adds a few seconds per run")
     st.subheader("Reading")
     speed = st.selectbox("Speed axis", list(SPEEDS), format_func=SPEEDS.get, key="speed")
     budget_pt = st.slider("Accuracy budget (points)", 0.0, 5.0, 1.0, 0.25, key="budget")
@@ -130,7 +134,7 @@ with tab_run:
             st.error(problem)
         else:
             try:
-                base = RunConfig(workload=workload, size=size, threads=int(threads) or None)
+                base = RunConfig(workload=workload, size=size, threads=int(threads) or None, profile=bool(profile))
                 if mode == "recipe":
                     ablation = RECIPES[recipe](base)
                 elif as_factorial:
@@ -163,6 +167,8 @@ with tab_run:
                 st.code(_lifecycle.worker_log_tail(job), language=None)
         with ResultStore() as store:
             shown = _lifecycle.results(store, job)
+            if shown is not None:
+                _views.fill_errors(shown[0], load_stored(store, job["key"]))
         if shown is None:
             st.caption("No baseline run finished yet: nothing to compare.")
         else:
@@ -192,6 +198,7 @@ with tab_stored:
                 st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed)),
                                 key="stored_chart")
                 _views.show_table(df_stored, "stored_table")
+                _views.show_versus(df_stored, stored, key="stored_versus")
             else:
                 st.caption("This ablation has no baseline run on the chosen hardware.")
         view = runs if hw == "all" else runs[runs["hardware_id"] == hw]

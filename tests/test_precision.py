@@ -323,3 +323,73 @@ def test_tf32_context_restores_the_flags_even_after_an_error():
         assert torch.backends.cudnn.allow_tf32 is (not before[0])
         raise RuntimeError("arm failed")
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+# ------------------------------------------------------------------ model gate: fp16 convolutions on CPU
+
+def _conv_model(spec=None) -> nn.Module:
+    return nn.Sequential(nn.Unflatten(1, (1, 8)), nn.Conv1d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(32, 2))
+
+
+@pytest.fixture
+def conv_toy(toy_workload):
+    from lab.workloads import register_workload
+
+    return register_workload(dataclasses.replace(toy_workload, name="toy_conv", make_model=_conv_model),
+                             overwrite=True)
+
+
+def test_model_gate_refuses_fp16_convolutions_on_cpu_only():
+    from lab.precision import model_gate
+
+    conv = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(2))
+    why = model_gate(conv, "fp16", "cpu")
+    assert why and "1 Conv2d layer(s) (0)" in why and "bf16" in why and "--precision-fp32-modules Conv2d" in why
+    assert model_gate(conv, "bf16", "cpu") is None and model_gate(conv, "fp32", "cpu") is None
+    assert model_gate(conv, "fp16", "cuda") is None  # CUDA has fp16 convolution kernels
+    assert model_gate(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), "fp16", "cpu") is None
+    assert model_gate(conv, "fp16", "cpu", ("Conv2d",)) is None  # kept in fp32: it trains as fp32
+    assert model_gate(nn.Sequential(conv), "fp16", "cpu", ("0",)) is None  # a kept parent keeps its convs
+
+
+def test_fp16_on_a_conv_model_is_refused_before_training_and_reads_does_not_apply_here(conv_toy):
+    from lab.ablation import run_ablation
+    from lab.plots import ablation_table
+    from lab.plots.tables import why_lines
+    from lab.precision import NotApplicable, not_applicable_reason
+    from lab.recipes import from_techniques
+
+    steps = []
+    cfg = RunConfig(workload="toy_conv", size="tiny", threads=1, latency_repeats=0,
+                    precision=PrecisionConfig(dtype="fp16"))
+    with pytest.raises(NotApplicable, match=r"precision.dtype='fp16' cannot train this model here: .*Conv1d"):
+        run(cfg, progress=steps.append)
+    assert not [e for e in steps if "step" in e]  # refused before any training step
+    base = RunConfig(workload="toy_conv", size="tiny", threads=1, latency_repeats=0, max_steps=4, warmup_steps=1)
+    df = run_ablation(from_techniques("gate", base, [["fp16"], ["bf16"]]), repeats=1)
+    rows = df.set_index("arm")
+    assert rows.loc["bf16", "status"] == "ok"  # bf16 convolutions are allowed
+    assert not_applicable_reason(rows.loc["fp16", "error"]).startswith("precision.dtype='fp16' cannot train")
+    table = ablation_table(df).set_index("Arm")
+    assert table.loc["fp16", "Step speedup (x, 95 % CI)"] == "does not apply here"
+    assert table.loc["fp16", "Status"] == "does not apply here"
+    assert any(w.startswith("**fp16** does not apply here") and "Conv1d" in w for w in why_lines(df))
+
+
+def test_auto_does_not_try_fp16_on_convolutions(toy_workload, monkeypatch):
+    from lab.context import prepare
+    from lab.precision import policy_for
+
+    asked = []
+    monkeypatch.setattr(precision.gate, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_fp16"}))
+    monkeypatch.setattr(precision.gate, "measure_arms",
+                        lambda ctx, model, lr, arms: asked.append(arms) or {a: [5.0, 5.1, 4.9] for a in arms})
+    cfg = RunConfig(workload="toy", size="tiny", threads=1, precision=PrecisionConfig(dtype="auto"))
+    with prepare(cfg) as ctx:
+        assert policy_for(ctx, _conv_model(), 0.01).dtype == "fp32"
+        rec = ctx.result.details["precision"]["auto"]
+    assert asked == [["fp32", "bf16"]] and "fp16 not tried: fp16 on CPU with 1 Conv1d" in rec["why"]
+    with prepare(cfg) as ctx:  # an MLP: fp16 is measured like bf16
+        policy_for(ctx, ctx.new_model(), 0.01)
+    assert asked[-1] == ["fp32", "bf16", "fp16"]

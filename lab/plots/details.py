@@ -151,6 +151,12 @@ def technique_notes(result: RunResult) -> list[str]:
         notes.append(f"DDP: {ddp['world_size']} ranks ({ddp.get('backend')}, {ddp.get('launcher')}); effective batch "
                      f"{eff if eff else '?'} = {batch} per rank x {ddp['world_size']} ranks x "
                      f"{ddp.get('grad_accum_steps', 1)} accumulation step(s)")
+    prof = d.get("profile") or {}
+    if prof.get("train") or prof.get("note"):
+        steps = (prof.get("steps") or {}).get("active", "?")
+        notes.append(f"Profiled: {steps} training step(s) after the timed ones (not in any timing)"
+                     + (f"; Chrome trace `{prof['trace']}` (open it in ui.perfetto.dev)" if prof.get("trace") else "")
+                     + (f"; {prof['note']}" if prof.get("note") else ""))
     if result.data_wait_fraction:
         notes.append(f"Data: the loop waited for data {_pct(result.data_wait_fraction)} of its step time")
     for why in result.why:

@@ -64,10 +64,29 @@ def _layer_sparsity(result: RunResult) -> go.Figure | None:
     return layer_sparsity_bars(result)
 
 
+def _op_classes(result: RunResult) -> go.Figure | None:
+    """``--profile`` (or the dashboard's profile toggle): where a profiled step goes by op class, the doctor's
+    bar (:func:`lab.plots.doctor.op_class_bars`), training step and inference call one bar each."""
+    prof = result.details.get("profile") or {}
+    bars = {"training step": prof.get("train")}
+    if prof.get("inference"):
+        bars[f"inference (batch {prof['inference'].get('batch', '?')})"] = prof["inference"]
+    bars = {k: v for k, v in bars.items() if isinstance(v, dict) and v.get("ms")}
+    if not bars:
+        return None
+    from lab.plots.doctor import op_class_bars
+
+    fig = op_class_bars(bars, title="Where a profiled step goes (op classes)")
+    fig.update_layout(title=fig_title("Where a profiled step goes", "op classes from torch.profiler, steps after "
+                                                                    "the timed ones (not in the timings)"))
+    return fig
+
+
 # name -> builder(RunResult) -> Figure | None (None: nothing to show for this run). A family with a detail
 # figure adds one entry here; the dashboard shows whatever applies.
 DETAIL_FIGURES: dict[str, Callable[[RunResult], go.Figure | None]] = {
     "loss scale (fp16)": _loss_scale, "per-layer sparsity": _layer_sparsity, **FAMILY_FIGURES,
+    "op classes (profiled)": _op_classes,
 }
 
 

@@ -1,8 +1,9 @@
 """The ablation's tables as a person reads them: readable column names with units, 2-3 significant
 digits, each interval next to its estimate ("1.24x [1.05, 1.40]"), "n = 1: no interval" instead of a
-zero-width one, an axis the arm cannot change as "does not apply", and the "why" as sentences under the
-table rather than a column. The raw table (``summarize``'s, all 36 columns at full precision) stays
-the CSV download.
+zero-width one, an axis the arm cannot change as "does not apply", an arm the capability gate refused
+before training (:class:`lab.precision.NotApplicable`) as "does not apply here" with its reason, and the
+"why" as sentences under the table rather than a column. The raw table (``summarize``'s, all 36 columns at
+full precision) stays the CSV download.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 
 from lab.ablation.summary import AA_ARM, SPEED_AXIS
 from lab.plots.common import ci_text
+from lab.precision import not_applicable_reason
 
 #: Readable names of the speed columns.
 SPEED_NAMES = {"train_speedup": "Training speedup", "step_speedup": "Step speedup",
@@ -35,8 +37,15 @@ def _sig(x: Any, digits: int = 3, unit: str = "") -> str:
     return "" if math.isnan(v) else f"{v:.{digits}g}{unit}"
 
 
+def _text(x: Any) -> str:
+    """A text cell's value; a missing one (None, or NaN for an arm with no finished run) is empty."""
+    return x if isinstance(x, str) else ""
+
+
 def _speed(row: pd.Series, col: str) -> str:
-    if SPEED_AXIS[col] not in str(row.get("axes") or "").split(","):
+    if not_applicable_reason(row.get("error")):
+        return "does not apply here"
+    if SPEED_AXIS[col] not in _text(row.get("axes")).split(","):
         return "does not apply"
     est = _num(row.get(col))
     if math.isnan(est):
@@ -64,23 +73,24 @@ def _loss(row: pd.Series) -> str:
 def ablation_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per arm, humanised (see the module docstring)."""
     rows = []
+    metric_name = next((m for m in df.get("metric_name", []) if _text(m)), "metric")  # an arm without runs has none
     for _, r in df.iterrows():
         arm = str(r["arm"])
         rows.append({
             "Arm": "A/A (baseline again: noise floor)" if arm == AA_ARM else arm,
             "Techniques": ", ".join(r["techniques"]) if isinstance(r.get("techniques"), (list, tuple))
             else str(r.get("techniques") or "none"),
-            "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in str(r.get("axes") or "").split(",") if a),
+            "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in _text(r.get("axes")).split(",") if a),
             "Runs ok": f"{int(_num(r.get('n_ok')) or 0)}/{int(_num(r.get('n_runs')) or 0)}"
             if not math.isnan(_num(r.get("n_runs"))) else "",
             **{f"{name} (x, 95 % CI)": _speed(r, col) for col, name in SPEED_NAMES.items()},
-            f"Accuracy loss ({r.get('metric_name') or 'metric'}, 95 % CI)": _loss(r),
+            f"Accuracy loss ({metric_name}, 95 % CI)": _loss(r),
             "Seed noise (pt)": _sig(r.get("noise_pt"), 2),
             "Size (x smaller)": _sig(r.get("size_ratio"), 3, "x"),
             "MACs (x fewer)": _sig(r.get("macs_ratio"), 3, "x"),
             "Peak memory (MB)": _sig(r.get("peak_memory_mb"), 3),
             "Training time (s)": _sig(r.get("train_time_s"), 3),
-            "Status": str(r.get("status") or ""),
+            "Status": "does not apply here" if not_applicable_reason(r.get("error")) else str(r.get("status") or ""),
         })
     out = pd.DataFrame(rows)
     if len(out.columns):
@@ -94,6 +104,10 @@ def why_lines(df: pd.DataFrame) -> list[str]:
     same tag from several runs (differing only in its measured numbers) is said once, with its count."""
     out = []
     for _, r in df.iterrows():
+        refused = not_applicable_reason(r.get("error"))
+        if refused:
+            out.append(f"**{r['arm']}** does not apply here (refused before training): {refused}")
+            continue
         why = str(r.get("why") or "").strip()
         if not why or why == "nan":
             continue

@@ -17,7 +17,7 @@ from lab.context import FitPlan, TrainContext
 from lab.loop import StepHook
 from lab.precision import gate, policy
 from lab.precision.gate import *  # noqa: F403 - the names in its __all__
-from lab.precision.gate import policy_for
+from lab.precision.gate import NotApplicable, model_gate, policy_for
 from lab.precision.policy import *  # noqa: F403 - the names in its __all__
 from lab.precision.policy import match_fp32_modules
 from lab.result import RunResult
@@ -33,9 +33,15 @@ def check(cfg: RunConfig) -> None:
 
 
 def preflight(ctx: TrainContext, model: nn.Module) -> None:
-    """Check ``precision.fp32_modules`` against a fresh model, before any training."""
-    if ctx.cfg.precision.fp32_modules:
-        match_fp32_modules(model, ctx.cfg.precision.fp32_modules)
+    """Check ``precision.fp32_modules`` against a fresh model, and refuse a dtype the model gate says cannot
+    train this model here (fp16 convolutions on CPU: :func:`~lab.precision.gate.model_gate`), before any
+    training: :class:`~lab.precision.gate.NotApplicable`, which an ablation shows as "does not apply here"."""
+    cfg = ctx.cfg.precision
+    if cfg.fp32_modules:
+        match_fp32_modules(model, cfg.fp32_modules)
+    why = model_gate(model, cfg.dtype, ctx.device.type, cfg.fp32_modules)
+    if why:
+        raise NotApplicable(f"precision.dtype={cfg.dtype!r} cannot train this model here: {why}")
 
 
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:

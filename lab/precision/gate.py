@@ -3,8 +3,10 @@
 Why a gate: low precision only pays where the hardware has native kernels. On a CPU without bf16
 instructions bf16 autocast is emulated and can be several times *slower* than fp32; fp16 on most CPUs has
 no native matmul at all. :func:`capability` reads the real ISA flags (``/proc/cpuinfo``) or the CUDA compute
-capability, and a run on emulated precision carries a "why" tag. ``auto`` measures a few interleaved steps
-through the run's own ``ctx.fit`` and never picks a precision that is not faster than fp32 (:func:`decide_auto`).
+capability, and a run on emulated precision carries a "why" tag. Flags are not kernels: :func:`model_gate`
+refuses what the flags allow but a model's layers make hopeless (fp16 convolutions on a CPU), before any work.
+``auto`` measures a few interleaved steps through the run's own ``ctx.fit`` and never picks a precision that is
+not faster than fp32 (:func:`decide_auto`).
 Taught in ``notebooks/02_mixed_precision.ipynb``.
 """
 
@@ -24,7 +26,7 @@ from torch import nn
 
 from lab.context import TrainContext
 from lab.measure import bootstrap_ratio_ci
-from lab.precision.policy import TORCH_DTYPES, PrecisionPolicy
+from lab.precision.policy import TORCH_DTYPES, PrecisionPolicy, match_fp32_modules
 
 #: ``auto`` picks a low precision only when it is at least this much faster than fp32 (median step time).
 AUTO_MIN_GAIN = 0.05
@@ -92,6 +94,44 @@ def capability(dtype: str, device: str | torch.device = "cpu", *, flags: frozens
                                            f"(torch kernels: {isa}); {dtype} is emulated")
 
 
+# ------------------------------------------------------------------------------------ model gate
+
+class NotApplicable(ValueError):
+    """A technique that cannot pay on this model on this machine: refused before any training, and shown by an
+    ablation as "does not apply here" with its reason (:func:`not_applicable_reason`), not as a failed arm."""
+
+
+def model_gate(model: nn.Module, dtype: str, device_type: str, fp32_modules: tuple[str, ...] = ()) -> str | None:
+    """Why ``dtype`` must not train ``model`` on ``device_type`` (``None``: it may). The CPU flags say nothing
+    about this: fp16 convolution *backward* has no fast kernel on CPU (a reference path; measured here with
+    AVX-512-FP16 present: ~40x slower per step for a 2-conv net, 63 s vs 0.24 s at vision ``--model-scale l``),
+    so fp16 on a model with Conv layers is refused unless every one of them is kept in fp32
+    (``precision.fp32_modules``), where it runs as fp32."""
+    if dtype != "fp16" or device_type != "cpu":
+        return None
+    kept = match_fp32_modules(model, fp32_modules) if fp32_modules else {}
+    modules = dict(model.named_modules())
+
+    def inside_kept(name: str) -> bool:
+        return any(name == k or name.startswith(f"{k}.") or not k for k in kept)
+
+    convs = [n for n, m in modules.items() if isinstance(m, nn.modules.conv._ConvNd) and not inside_kept(n)]
+    if not convs:
+        return None
+    types = sorted({type(modules[n]).__name__ for n in convs})
+    shown = ", ".join(convs[:3]) + (f" and {len(convs) - 3} more" if len(convs) > 3 else "")
+    return (f"fp16 on CPU with {len(convs)} {'/'.join(types)} layer(s) ({shown}): fp16 convolution backward has no "
+            f"fast CPU kernel (a reference path, tens of times slower than fp32); use bf16, or keep them in fp32 "
+            f"with --precision-fp32-modules {','.join(types)}")
+
+
+def not_applicable_reason(error: str | None) -> str | None:
+    """The reason of an ablation error row that is a :class:`NotApplicable` refusal (its error text is
+    ``"NotApplicable: <reason>"``), else ``None``: the arm does not apply here, it did not fail."""
+    prefix = f"{NotApplicable.__name__}: "
+    return error[len(prefix):] if isinstance(error, str) and error.startswith(prefix) else None
+
+
 # ------------------------------------------------------------------------------------ auto decision
 
 def decide_auto(step_times_ms: dict[str, list[float]], caps: dict[str, Capability], *,
@@ -151,12 +191,14 @@ def policy_for(ctx: TrainContext, model: nn.Module, lr: float) -> PrecisionPolic
         choice = cfg.dtype
         if cfg.dtype == "auto":
             caps = {d: capability(d, dev) for d in ("bf16", "fp16")}
-            arms = ["fp32"] + [d for d, c in caps.items() if c.native]
+            gated = {d: g for d in caps if (g := model_gate(model, d, dev.type, cfg.fp32_modules))}
+            arms = ["fp32"] + [d for d, c in caps.items() if c.native and d not in gated]
             t0 = time.perf_counter()
             times = measure_arms(ctx, model, lr, arms) if len(arms) > 1 else {"fp32": [1.0]}
             choice, why = decide_auto(times, caps)
+            why += "".join(f"; {d} not tried: {g}" for d, g in gated.items())
             # The probe is training-time cost too: the ablation adds probe_s to its end-to-end figure.
-            rec["auto"] = {"why": why, "step_time_ms": times, "candidates": arms,
+            rec["auto"] = {"why": why, "step_time_ms": times, "candidates": arms, "gated": gated,
                            "probe_s": time.perf_counter() - t0}
             ctx.result.why.append(why)
         cap = capability(choice, dev)
@@ -167,5 +209,6 @@ def policy_for(ctx: TrainContext, model: nn.Module, lr: float) -> PrecisionPolic
     return PrecisionPolicy(dtype=ctx.state["precision.dtype"], device_type=dev.type, fp32_modules=cfg.fp32_modules)
 
 __all__ = [
-    "AUTO_MIN_GAIN", "capability", "Capability", "cpu_flags", "decide_auto", "measure_arms", "policy_for",
+    "AUTO_MIN_GAIN", "capability", "Capability", "cpu_flags", "decide_auto", "measure_arms", "model_gate",
+    "NotApplicable", "not_applicable_reason", "policy_for",
 ]
