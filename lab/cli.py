@@ -274,28 +274,13 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
 
 def _print_versus(df: Any, base: RunConfig) -> None:
     """Issue 15: this machine's crossover map's prediction per arm beside what the ablation measured."""
-    from lab import crossover
+    from lab.crossover.versus import versus_lines
     from lab.doctor.rates import crossover_path
     from lab.measure import environment_stamp
 
     path = Path(os.environ.get("LAB_CROSSOVER_JSON") or crossover_path(environment_stamp()["hardware_id"]))
-    try:
-        rows = crossover.predicted_vs_measured(crossover.load_map(path), df, base.workload_spec or base.workload,
-                                               size=base.size,
-                                               model_scale=base.model_scale) if path.exists() else None
-    except (OSError, ValueError) as exc:
-        print(f"predicted vs measured: {exc}")
-        return
-    competes = {a: str(x).split(",") for a, x in zip(df["arm"], df["axes"], strict=True)}
-    rows = None if rows is None else [r for r in rows if r["axis"] in competes.get(r["arm"], [])]
-    if not rows:
-        print("predicted vs measured: " + ("no arm has a counterpart on the map" if rows is not None else
-                                           f"no crossover map for this hardware id at {path}"))
-    for r in rows or []:
-        ci = (f" [{r['measured_lo']:.2f}, {r['measured_hi']:.2f}]" if r["measured_lo"] == r["measured_lo"] and
-              r["measured_lo"] is not None else " (no interval)")
-        print(f"map predicted {r['arm']} ({r['axis']}) x{r['predicted']:.2f}; measured "
-              + ("n/a" if r["measured"] is None else f"x{r['measured']:.2f}{ci}"))
+    print("\n".join(versus_lines(df, base.workload_spec or base.workload, path, size=base.size,
+                                 model_scale=base.model_scale)))
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

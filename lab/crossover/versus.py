@@ -10,14 +10,15 @@ registry's ``prune50`` is L1 masks, so ``prune_channels50`` is its counterpart).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lab.crossover.place import place_workload
 
 #: Ablation arm (a technique of ``lab.recipes``) -> the map's technique.
 ARM_TO_TECHNIQUE = {"bf16": "bf16", "fp16": "fp16", "amp_auto": "auto", "int8_dynamic": "dynamic_int8",
-                    "int8_static": "static_int8", "prune_channels50": "prune50", "compile": "compile",
-                    "fused_optim": "fused_optimizer", "workers2": "workers"}
+                    "int8_eager": "dynamic_int8", "int8_static": "static_int8", "prune_channels50": "prune50",
+                    "compile": "compile", "fused_optim": "fused_optimizer", "workers2": "workers"}
 #: The map's axis -> the ablation table's speedup column.
 AXIS_COLUMN = {"train_step": "step_speedup", "inference": "infer_speedup"}
 
@@ -38,7 +39,33 @@ def predicted_vs_measured(the_map: dict[str, Any], table: Any, workload: str, *,
                 continue
             value, lo, hi = rec.get(col), rec.get(f"{col}_lo"), rec.get(f"{col}_hi")
             measured = value if isinstance(value, (int, float)) and value == value else None
-            inside = None if measured is None or lo is None or hi is None else bool(lo <= pred[(tech, axis)] <= hi)
+            bounded = all(isinstance(b, (int, float)) and b == b for b in (lo, hi))  # NaN: fewer than 3 runs
+            inside = None if measured is None or not bounded else bool(lo <= pred[(tech, axis)] <= hi)
             out.append({"arm": rec["arm"], "technique": tech, "axis": axis, "predicted": pred[(tech, axis)],
                         "measured": measured, "measured_lo": lo, "measured_hi": hi, "agrees": inside})
+    return out
+
+
+def versus_lines(table: Any, workload: str, path: Path, *, size: str = "small",
+                 model_scale: str | None = None) -> list[str]:
+    """``lab ablate``'s lines: per arm and axis it competes on, the map at ``path`` predicted vs measured;
+    one line saying why when there is no map, the model cannot be placed, or no arm has a counterpart."""
+    from lab.crossover import load_map
+
+    try:
+        rows = predicted_vs_measured(load_map(path), table, workload, size=size,
+                                     model_scale=model_scale) if path.exists() else None
+    except (OSError, ValueError) as exc:
+        return [f"predicted vs measured: {exc}"]
+    competes = {a: str(x).split(",") for a, x in zip(table["arm"], table["axes"], strict=True)}
+    rows = None if rows is None else [r for r in rows if r["axis"] in competes.get(r["arm"], [])]
+    if not rows:
+        return ["predicted vs measured: " + ("no arm has a counterpart on the map" if rows is not None else
+                                             f"no crossover map for this hardware id at {path}")]
+    out = []
+    for r in rows:
+        ci = (f" [{r['measured_lo']:.2f}, {r['measured_hi']:.2f}]" if r["measured_lo"] == r["measured_lo"] and
+              r["measured_lo"] is not None else " (no interval)")
+        out.append(f"map predicted {r['arm']} ({r['axis']}) x{r['predicted']:.2f}; measured "
+                   + ("n/a" if r["measured"] is None else f"x{r['measured']:.2f}{ci}"))
     return out
