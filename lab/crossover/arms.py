@@ -25,7 +25,7 @@ from lab.config import DataConfig, QuantConfig
 from lab.data import make_loader
 from lab.loop import PLAIN, StepPolicy, make_optimizer
 from lab.measure import count_macs
-from lab.precision import PrecisionPolicy, capability
+from lab.precision import PrecisionPolicy, capability, model_gate
 from lab.pruning.channels import prune_channels
 from lab.quant.int8 import quantize
 from lab.workloads import Workload
@@ -157,6 +157,10 @@ def build_arms(bench: Bench, techniques: list[str], axis: str) -> tuple[dict[str
             continue
         try:
             if tech in ("bf16", "fp16"):
+                refused = model_gate(model, tech, bench.inputs[0].device.type) if axis == TRAIN else None
+                if refused:  # the run's own gate: fp16 convolution backward has no fast CPU kernel
+                    skipped[tech] = f"does not apply here: {refused}"
+                    continue
                 _note_emulated(bench, tech)
                 arms[tech] = train_step(bench, model, policy=PrecisionPolicy(dtype=tech)) if axis == TRAIN \
                     else inference_call(bench, eval_model, dtype=tech)
