@@ -75,8 +75,15 @@ def test_a_tiny_real_comparison_has_a_row_per_technique_and_axis() -> None:
         compare(make_bench(get_workload("ctr"), "xs", batch_size=8), repeats=3)
 
 
-def test_a_map_with_the_mlp_ladder_carries_the_reference() -> None:
+def test_a_map_with_the_mlp_ladder_carries_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.crossover import mapping
+
+    seen = []  # the real comparison is timed above; here only which bench the map hands it
+    monkeypatch.setattr(mapping, "compare_with_plain",
+                        lambda bench, **kw: seen.append((bench, kw)) or [{"rung": kw["rung"]}])
     the_map = build_map(["mlp"], ["bf16"], rungs={"mlp": ["xs", "s"]}, repeats=3, batch_size={"mlp": 8})
-    assert {r["rung"] for r in the_map["reference"]} == {"s"}  # the largest measured rung
+    assert the_map["reference"] == [{"rung": "s"}]  # the largest measured rung
+    (bench, kw), = seen
+    assert bench.batch_size == 8 and kw["rung"] == "s" and bench.workload.name == "mlp"
     assert build_map(["sequence"], ["bf16"], rungs={"sequence": ["xs", "s"]}, repeats=3,
                      batch_size={"sequence": 8})["reference"] == []
