@@ -34,7 +34,8 @@ def test_plain_arms_run_bf16_int8_and_leave_the_benchs_model_alone() -> None:
     bench = _bench()
     before = {k: v.clone() for k, v in bench.model.state_dict().items()}
     train = plain_arms(bench, TRAIN)
-    assert set(train) == {"plain_base", "plain_bf16", "plain_prune50", "plain_fb_base", "plain_fb_bf16"}
+    assert set(train) == {"plain_base", "plain_bf16", "plain_prune50", "plain_fb_base", "plain_fb_bf16",
+                          "plain_bf16+fused_optimizer"}
     for arm in train.values():
         arm()
     assert all(torch.equal(before[k], v) for k, v in bench.model.state_dict().items())  # copies trained
@@ -62,7 +63,7 @@ def test_a_tiny_real_comparison_has_a_row_per_technique_and_axis() -> None:
     rows = compare(_bench(), repeats=3, block_ms=1.0, rung="xs")
     got = {(r["technique"], r["axis"]) for r in rows}
     assert got == {("bf16", TRAIN), ("prune50", TRAIN), ("bf16", INFER), ("dynamic_int8", INFER),
-                   ("prune50", INFER), ("bf16", "forward_backward")}
+                   ("prune50", INFER), ("bf16", "forward_backward"), ("bf16+fused_optimizer", TRAIN)}
     for r in rows:
         assert r["plain_lo"] <= r["plain"] <= r["plain_hi"]
         if r["lab"] is not None:
