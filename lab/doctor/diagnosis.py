@@ -23,6 +23,7 @@ import torch
 from lab.config import RunConfig
 from lab.context import prepare, resolve_device
 from lab.doctor import rates as rates_
+from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
 from lab.measure.profile import OP_CLASSES, Breakdown
 from lab.precision import capability
@@ -100,6 +101,11 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
         if "quant.method" in wanted:
             rows = min(cfg.eval_batch_size, len(ctx.data.test[0]))
             out.dynamic_int8 = rates_.dynamic_int8_rate(shapes, rows)
+        if wanted.get("compute.compile"):
+            try:
+                out.compile = compile_cost(activation_shape(shapes.linear, len(batch[0])))
+            except Exception:  # noqa: BLE001 - no compiler here: the prediction falls back to its prior and says so
+                out.compile = None
         if wanted.get("compute.fast_kernels") and ctx.workload.fast_kernels is not None:
             fast = ctx.workload.fast_kernels(copy.deepcopy(model))
             out.fast_kernels = rates_.model_fwd_bwd_rate(model, fast, inputs, "the workload's fast kernels vs its "
@@ -148,6 +154,7 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     t0 = time.perf_counter()
     cmap = rates_.find_crossover(result.hardware_id, crossover_root)
     r = calibrate(cfg, allowed)
+    r.steps = result.steps
     if cmap is not None:
         r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload)
         source = f"crossover map {cmap.path} ({len(r.crossover)} technique rates) + on-the-spot micro-benchmarks"

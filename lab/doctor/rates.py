@@ -14,8 +14,9 @@ faster leaves an embedding lookup or a 3-microsecond op as it is, so a model's s
    default vs fused, on its own parameters; dynamic int8 of its largest Linear at the eval batch; its
    workload's fast kernels on one batch; the cost of one tiny op. Seconds, not minutes.
 
-What neither covers (compile, static int8, channel pruning without a map) uses a stated prior with a wide
-interval, labelled ``prior`` in every reason that uses it.
+``torch.compile`` is calibrated in :mod:`lab.doctor.compile_rate` (a saving per fusable op and a price per
+call, not one rate). What neither covers (static int8, channel pruning without a map) uses a stated prior
+with a wide interval, labelled ``prior`` in every reason that uses it.
 """
 
 from __future__ import annotations

@@ -196,6 +196,7 @@ class Breakdown:
     profiled_step_ms: float | None = None  # the wall time of a step while the profiler ran
     note: str = ""
     comm_inflight_ms: float = 0.0  # collectives in flight on comm threads per step, overlapped part included
+    op_counts: dict[str, float] = field(default_factory=dict)  # ops the model's code called, per step, by class
 
     def share(self, cls: str) -> float:
         return self.ms.get(cls, 0.0) / self.step_ms if self.step_ms > 0 else 0.0
@@ -212,7 +213,7 @@ class Breakdown:
                 "shares": self.shares(), "tiny_share": self.tiny_share, "conv_ms": self.conv_ms,
                 "ops_per_step": self.ops_per_step,
                 "top_ops": [list(t) for t in self.top_ops], "profiled_step_ms": self.profiled_step_ms,
-                "note": self.note, "comm_inflight_ms": self.comm_inflight_ms}
+                "note": self.note, "comm_inflight_ms": self.comm_inflight_ms, "op_counts": dict(self.op_counts)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Breakdown:
@@ -221,7 +222,8 @@ class Breakdown:
                    conv_ms=float(d.get("conv_ms", 0.0)), ops_per_step=float(d.get("ops_per_step", 0.0)),
                    top_ops=[(str(a), str(b), float(c)) for a, b, c in d.get("top_ops", [])],
                    profiled_step_ms=d.get("profiled_step_ms"), note=str(d.get("note", "")),
-                   comm_inflight_ms=float(d.get("comm_inflight_ms", 0.0)))
+                   comm_inflight_ms=float(d.get("comm_inflight_ms", 0.0)),
+                   op_counts={k: float(v) for k, v in d.get("op_counts", {}).items()})
 
 
 def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_wait_ms: float | None = None,
@@ -240,6 +242,7 @@ def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_w
     ms = dict.fromkeys(OP_CLASSES, 0.0)
     tiny = dict.fromkeys(OP_CLASSES, 0.0)
     per_op: dict[str, list[Any]] = {}
+    counts: dict[str, float] = {}
     n_ops, conv = 0, 0.0
     inflight_us, exposed_us = comm_overlap_us(events)
     ms["comm"] += exposed_us / 1e3 / n_steps  # the training thread idle, waiting for the last buckets
@@ -256,6 +259,8 @@ def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_w
         slot[1] += ev.self_us / 1e3 / n_steps
         if ev.top_level_op:
             n_ops += 1
+            if "AccumulateGrad" not in ev.name:  # autograd's own grad accumulation, outside the model's graph
+                counts[cls] = counts.get(cls, 0.0) + 1.0 / n_steps
             if ev.total_us < tiny_us and cls not in ("data_wait",):
                 tiny[cls] += ev.total_us / 1e3 / n_steps
     wait_profiled = ms["data_wait"]
@@ -286,7 +291,7 @@ def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_w
     top = sorted(((op, c, t) for op, (c, t) in per_op.items()), key=lambda x: -x[2])[:8]
     return Breakdown(step_ms=float(step_ms), ms=ms, tiny_ms={k: v for k, v in tiny.items() if v > 0},
                      conv_ms=conv, ops_per_step=n_ops / n_steps, top_ops=top, profiled_step_ms=profiled_step_ms,
-                     note=note, comm_inflight_ms=inflight_us / 1e3 / n_steps)
+                     note=note, comm_inflight_ms=inflight_us / 1e3 / n_steps, op_counts=counts)
 
 
 # --------------------------------------------------------------------------------------------- capture
