@@ -159,6 +159,32 @@ def test_breakdown_counts_the_ops_the_model_called_by_class():
     assert b.op_counts == {"elementwise": 6.0}  # 3 forward + 3 backward per step; AccumulateGrad is not the model's
 
 
+def test_data_parallel_from_a_profiled_ddp_step_names_the_comm_share():
+    from lab.doctor import predict_data_parallel
+
+    b = _bd(comm=0.25, matmul=0.6)
+    b.comm_inflight_ms = 4.0  # 2.5 ms exposed of 4 ms in flight
+    p = predict_data_parallel(b, 2, measured=True)
+    assert p.axis == "train" and p.speedup == pytest.approx(2 * 0.75)
+    assert p.lo == pytest.approx(2 * 7.5 / (7.5 + 4.0)) and p.hi == 2.0
+    assert "communication 25 % of the step" in p.reason
+
+
+def test_data_parallel_from_one_process_follows_the_link():
+    from lab.distributed.scaling import Link
+    from lab.doctor import predict_data_parallel
+
+    link = Link("test", alpha_s=100e-6, bandwidth_bytes_per_s=1e9)
+    big_step = predict_data_parallel(_bd(step_ms=100.0, matmul=0.9), 2, grad_bytes=1e5, link=link)
+    comm_bound = predict_data_parallel(_bd(step_ms=1.0, matmul=0.9), 2, grad_bytes=1e7, link=link)
+    assert 1.9 < big_step.speedup <= 2.0  # 0.3 ms of all-reduce against a 100 ms step
+    assert comm_bound.lo < 1.0 and comm_bound.speedup < big_step.speedup  # 10 ms of all-reduce, 1 ms step
+    assert comm_bound.lo <= comm_bound.speedup <= comm_bound.hi
+    shared = predict_data_parallel(_bd(step_ms=100.0, matmul=0.9), 2, grad_bytes=1e5, link=link, core_share=2.0)
+    assert shared.speedup == pytest.approx(big_step.speedup / 2, rel=0.01)  # two ranks on one rank's cores
+    assert predict_data_parallel(_bd(), 2) is None  # no link calibrated: not predicted
+
+
 def test_planted_optimizer_gets_the_fused_optimizer_first():
     assert _ranked(_bd(optimizer=0.6, matmul=0.1))[0].technique == "fused_optim"
 

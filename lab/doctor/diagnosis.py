@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,14 @@ from lab.config import RunConfig
 from lab.context import prepare, resolve_device
 from lab.doctor import rates as rates_
 from lab.doctor.compile_rate import activation_shape, compile_cost
-from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
+from lab.doctor.predict import (
+    Prediction,
+    Rates,
+    larger_batch_advice,
+    predict_data_parallel,
+    predict_technique,
+    rank,
+)
 from lab.measure.profile import OP_CLASSES, Breakdown
 from lab.precision import capability
 from lab.recipes import TECHNIQUES, Technique
@@ -46,6 +54,7 @@ class Diagnosis:
     skipped: dict[str, str] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     calibration_s: float = 0.0
+    data_parallel: Prediction | None = None  # advice, not ranked (:func:`data_parallel`)
 
     @property
     def hardware_id(self) -> str:
@@ -59,7 +68,8 @@ class Diagnosis:
                 "baseline_run_id": self.baseline.run_id, "train": self.train.to_dict(),
                 "inference": self.infer.to_dict() if self.infer else None, "rate_source": self.rate_source,
                 "predictions": [p.to_dict() for p in self.predictions], "skipped": dict(self.skipped),
-                "advice": list(self.advice), "calibration_s": self.calibration_s}
+                "advice": list(self.advice), "calibration_s": self.calibration_s,
+                "data_parallel": self.data_parallel.to_dict() if self.data_parallel else None}
 
 
 def gate(tech: Technique, cfg: RunConfig) -> str | None:
@@ -171,8 +181,26 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
         else:
             preds.append(p)
     advice = [larger_batch_advice(train)[1]]
+    ddp = data_parallel(cfg, result, train)
+    advice.append(ddp.reason if ddp is not None else "data-parallel not predicted: no all-reduce link calibrated "
+                  f"for {result.hardware_id} (python benchmarks/distributed.py calibrates one)")
     return Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
-                     predictions=rank(preds), skipped=skipped, advice=advice, calibration_s=calib_s)
+                     predictions=rank(preds), skipped=skipped, advice=advice, calibration_s=calib_s,
+                     data_parallel=ddp)
+
+
+def data_parallel(cfg: RunConfig, result: RunResult, train: Breakdown) -> Prediction | None:
+    """Data-parallel as advice (:func:`lab.doctor.predict.predict_data_parallel`): from the profiled comm class
+    of a DDP baseline, else 2 ranks from this machine's calibrated all-reduce link and the model's gradient
+    bytes. Not a ranked prescription: its ranks train a W times larger effective batch, so it competes on
+    samples per second, not on the per-step time the verification measures."""
+    if cfg.ddp.world_size > 1:
+        return predict_data_parallel(train, cfg.ddp.world_size, measured=True)
+    threads = int(result.env.get("torch_threads") or cfg.threads or 1)
+    cores = os.cpu_count() or 1
+    return predict_data_parallel(train, 2, grad_bytes=4.0 * (result.param_count or 0),
+                                 link=rates_.find_link(result.hardware_id),
+                                 bucket_bytes=cfg.ddp.bucket_cap_mb * 2**20, core_share=2 * threads / cores)
 
 
 def format_breakdown(b: Breakdown, title: str) -> str:
@@ -209,4 +237,4 @@ def format_diagnosis(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Diagnosis", "calibrate", "diagnose", "format_breakdown", "format_diagnosis", "gate"]
+__all__ = ["Diagnosis", "calibrate", "data_parallel", "diagnose", "format_breakdown", "format_diagnosis", "gate"]
