@@ -25,7 +25,7 @@ from torch import nn
 
 from lab.config import RunConfig
 from lab.context import FitPlan, TrainContext
-from lab.loop import StepHook
+from lab.loop import FitStats, StepHook
 from lab.result import RunResult
 from lab.workloads import get_workload, list_workloads
 
@@ -57,8 +57,11 @@ def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
         torch._dynamo.reset()  # this run pays its own compile (module docstring)
         before = compile_counters()
         plan.forward = torch.compile(model)
-        plan.finished.append(lambda stats: ctx.result.details.__setitem__(
-            "compile", compile_record(stats.step_times_ms["total"], before, compile_counters())))
+
+        def record(stats: FitStats) -> None:
+            ctx.result.details["compile"] = compile_record(stats.step_times_ms["total"], before, compile_counters())
+
+        plan.finished.append(record)
 
 
 def compile_counters() -> dict[str, int]:

@@ -25,14 +25,8 @@ from lab.config import RunConfig
 from lab.context import prepare, resolve_device
 from lab.doctor import rates as rates_
 from lab.doctor.compile_rate import activation_shape, compile_cost
-from lab.doctor.predict import (
-    Prediction,
-    Rates,
-    larger_batch_advice,
-    predict_data_parallel,
-    predict_technique,
-    rank,
-)
+from lab.doctor.data_parallel import predict_data_parallel
+from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
 from lab.measure.profile import OP_CLASSES, Breakdown
 from lab.precision import capability
 from lab.recipes import TECHNIQUES, Technique
@@ -54,7 +48,7 @@ class Diagnosis:
     skipped: dict[str, str] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     calibration_s: float = 0.0
-    data_parallel: Prediction | None = None  # advice, not ranked (:func:`data_parallel`)
+    data_parallel: Prediction | None = None  # advice, not ranked (:func:`data_parallel_advice`)
 
     @property
     def hardware_id(self) -> str:
@@ -181,7 +175,7 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
         else:
             preds.append(p)
     advice = [larger_batch_advice(train)[1]]
-    ddp = data_parallel(cfg, result, train)
+    ddp = data_parallel_advice(cfg, result, train)
     advice.append(ddp.reason if ddp is not None else "data-parallel not predicted: no all-reduce link calibrated "
                   f"for {result.hardware_id} (python benchmarks/distributed.py calibrates one)")
     return Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
@@ -189,8 +183,8 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
                      data_parallel=ddp)
 
 
-def data_parallel(cfg: RunConfig, result: RunResult, train: Breakdown) -> Prediction | None:
-    """Data-parallel as advice (:func:`lab.doctor.predict.predict_data_parallel`): from the profiled comm class
+def data_parallel_advice(cfg: RunConfig, result: RunResult, train: Breakdown) -> Prediction | None:
+    """Data-parallel as advice (:func:`lab.doctor.data_parallel.predict_data_parallel`): from the profiled comm class
     of a DDP baseline, else 2 ranks from this machine's calibrated all-reduce link and the model's gradient
     bytes. Not a ranked prescription: its ranks train a W times larger effective batch, so it competes on
     samples per second, not on the per-step time the verification measures."""
@@ -237,4 +231,4 @@ def format_diagnosis(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Diagnosis", "calibrate", "data_parallel", "diagnose", "format_breakdown", "format_diagnosis", "gate"]
+__all__ = ["Diagnosis", "calibrate", "data_parallel_advice", "diagnose", "format_breakdown", "format_diagnosis", "gate"]

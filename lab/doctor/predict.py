@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from lab.distributed.scaling import Link, project
 from lab.doctor.compile_rate import CompileCost
 from lab.doctor.rates import ONE, Rate, prior
 from lab.measure.profile import Breakdown
@@ -170,6 +169,25 @@ def compile_step_ms(b: Breakdown, saving_ms: float, call_ms: float) -> float:
     return max(b.step_ms - saved + call_ms, 1e-6 * b.step_ms)
 
 
+def _compile_prior(name: str, b: Breakdown, cross: Rate | None) -> Prediction:
+    """Without the on-the-spot measurement (:class:`CompileCost`): the crossover map's rate, else wide priors."""
+    over = b.share("overhead")
+    tiny = min(b.tiny_share, 1.0 - over)
+    small = {"overhead": over, "tiny": tiny,
+             "fusable": max(sum(b.share(c) for c in FUSABLE) - tiny, 0.0)}
+    rates = {"overhead": cross or prior(1.0, 0.1, 2.5, "compile trades Python between ops for guards and a "
+                                                        "graph call: either way, not measured here"),
+             "tiny": cross or prior(2.0, 0.3, 5.0, "compile fuses tiny ops into one kernel"),
+             "fusable": cross or prior(1.2, 0.3, 2.5, "compile fuses elementwise / normalisation / reductions")}
+    s, lo, hi = amdahl(small, rates)
+    lead = (f"framework overhead {_pct(over)} + tiny ops {_pct(tiny)} of the step -> compile or larger batches "
+            f"first; precision and pruning will not pay at this size" if over + tiny > 0.5 else
+            f"overhead {_pct(over)}, tiny ops {_pct(tiny)}, fusable elementwise {_pct(small['fusable'])}")
+    what = "the crossover map" if cross else "a prior: verify it"
+    return Prediction(name, "train_step", s, lo, hi, f"{lead} -> compile predicted {_fmt(s, lo, hi)} per step "
+                      f"(compile time not included; {what})", sorted({x.source for x in rates.values()}))
+
+
 def predict_compile(name: str, b: Breakdown, r: Rates) -> Prediction:
     """``torch.compile`` per step from what it saves per fusable op and adds per call (:class:`CompileCost`,
     measured here), with the compile time as a cost a run must amortise: the break-even steps, and the
@@ -178,11 +196,7 @@ def predict_compile(name: str, b: Breakdown, r: Rates) -> Prediction:
     over, fus = b.share("overhead"), sum(b.share(c) for c in FUSABLE)
     cross, cost = r.crossover.get((name, "train_step")), r.compile
     if cross is not None or cost is None:
-        rate = cross or prior(1.0, 0.1, 2.5, "compile, not measured here")
-        s, lo, hi = amdahl({"overhead": over, "fusable": fus}, {"overhead": rate, "fusable": rate})
-        return Prediction(name, "train_step", s, lo, hi, f"overhead {_pct(over)}, fusable elementwise / norm / "
-                          f"reduction {_pct(fus)} at {rate.value:.2f}x ({rate.source}) -> compile predicted "
-                          f"{_fmt(s, lo, hi)} per step (compile time not included)", [rate.source])
+        return _compile_prior(name, b, cross)
     step = b.step_ms
     s = step / compile_step_ms(b, cost.op_saving_ms, cost.call_ms)
     lo = step / compile_step_ms(b, cost.op_saving_lo, cost.call_hi)
@@ -324,46 +338,6 @@ def predict_technique(name: str, overrides: Mapping[str, Any], axes: tuple[str, 
     return None
 
 
-def predict_data_parallel(b: Breakdown, world_size: int, *, measured: bool = False, grad_bytes: float = 0.0,
-                          link: Link | None = None, bucket_bytes: float = 25 * 2**20,
-                          core_share: float = 1.0) -> Prediction | None:
-    """Data-parallel training on ``world_size`` ranks at the baseline's per-rank batch, as samples per second
-    against one process (axis ``train``: an epoch takes 1/W of the steps; the effective batch grows W times,
-    so it is advice, not an arm the verification runs against the per-step baseline).
-
-    ``measured``: ``b`` is a profiled DDP step, whose ``comm`` class is the exposed all-reduce time; one
-    process would take the rest, so the speedup is ``W (1 - comm share)``, between losing DDP's overlap (the
-    whole in-flight time exposed) and a perfect one (W). Otherwise ``b`` is one process's step and the
-    all-reduce comes from this machine's calibrated ``link`` (:func:`lab.distributed.scaling.project`, compute
-    share / W + comm, with the comm hidden behind none / half / all of backward); ranks that share cores
-    (``core_share`` > 1: ranks x threads over the cores) slow compute by that factor."""
-    step, w = b.step_ms, world_size
-    if step <= 0 or w < 2:
-        return None
-    if measured:
-        comm, flight = b.ms.get("comm", 0.0), max(b.comm_inflight_ms, b.ms.get("comm", 0.0))
-        s = w * (step - comm) / step
-        lo = w * max(step - comm, 1e-9) / (step - comm + flight)
-        why = (f"communication {_pct(comm / step)} of the step (the exposed all-reduce; {flight:.2f} ms per step in "
-               f"flight, the rest overlapped with backward) -> the {w} ranks process samples "
-               f"{_fmt(s, min(lo, s), float(w))} as fast as one process (compute share / world size + comm); no "
-               "technique here shrinks comm: fewer, larger all-reduces (--ddp-bucket-cap-mb, --ddp-grad-accum-steps) "
-               "or a faster link do")
-        return Prediction(f"ddp{w}", "train", s, min(lo, s), float(w), why, ["measured here: profiled DDP step"])
-    if link is None or grad_bytes <= 0:
-        return None
-    compute_s = step / 1e3 * max(core_share, 1.0)
-    rows = [project(compute_s, grad_bytes, [w], link, bucket_bytes=bucket_bytes, overlap=o)[0] for o in (0.0, 0.5, 1.0)]
-    lo, s, hi = (r["speedup"] * step / 1e3 / compute_s for r in rows)
-    comm_ms = rows[0]["comm_ms"]
-    slow = f"; {w} ranks share the cores ({core_share:.1f}x slower compute)" if core_share > 1 else ""
-    why = (f"an all-reduce of {grad_bytes / 1e6:.2f} MB of gradients on {w} ranks takes {comm_ms:.2f} ms here "
-           f"({link.name}), {_pct(comm_ms / (comm_ms + step))} of a {w}-rank step if none of it hides behind "
-           f"backward{slow} -> {w} ranks predicted {_fmt(s, lo, hi)} the samples per second of one process "
-           f"(compute share / world size + comm; verify with --ddp-world-size {w})")
-    return Prediction(f"ddp{w}", "train", s, lo, hi, why, [f"calibrated link: {link.name}"])
-
-
 def larger_batch_advice(b: Breakdown, factor: int = 2) -> tuple[float, str]:
     """Per-sample speedup of a ``factor`` times larger batch: per-step costs (overhead, tiny ops, optimizer)
     are paid once per step, the rest grows with the batch. Advice only: a batch change also changes the
@@ -381,4 +355,4 @@ def rank(predictions: list[Prediction]) -> list[Prediction]:
 
 
 __all__ = ["COMPUTE", "FUSABLE", "Prediction", "Rates", "amdahl", "compile_step_ms", "compile_time_s",
-           "larger_batch_advice", "monte_carlo", "predict_data_parallel", "predict_technique", "rank"]
+           "larger_batch_advice", "monte_carlo", "predict_technique", "rank"]
