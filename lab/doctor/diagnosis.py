@@ -157,7 +157,9 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     infer = Breakdown.from_dict(prof["inference"]) if prof.get("inference") else None
     t0 = time.perf_counter()
     cmap = rates_.find_crossover(result.hardware_id, crossover_root)
-    r = calibrate(cfg, allowed)
+    mapped = cmap is not None and cmap.rate("compile", "train_step", result.macs_per_sample, cfg.workload)
+    # the map's compile rate wins (as every map rate does), so the chain's two compiles are not paid for nothing
+    r = calibrate(cfg, [t for t in allowed if not (mapped and t.overrides.get("compute.compile"))])
     r.steps = result.steps
     if cmap is not None:
         r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload)
