@@ -24,7 +24,7 @@ from torch import nn
 from lab import compute, data, distributed, precision, pruning, quant
 from lab.config import RunConfig
 from lab.context import TrainContext, before_training, install_doors, prepare, resolve_device
-from lab.loop import ProgressFn, to_device
+from lab.loop import FitStats, ProgressFn, to_device
 from lab.measure import (
     count_macs_by_dtype,
     count_nonzero_params,
@@ -132,7 +132,8 @@ def _train_and_measure(ctx: TrainContext) -> None:
     hooks.extend(more)
     stats = ctx.fit(model, epochs=r.epochs, lr=r.lr, max_steps=cfg.max_steps, step_hooks=hooks)
     model = distributed.after_training(ctx, model)  # unwrap DDP, describe, leave the group we created
-    to_profile = _copy_or_none(model) if cfg.profile and ctx.ddp is None else None  # before int8 / pruning
+    # --profile: every rank (DDP ranks all-reduce together), before int8 / pruning and leaving the group
+    captured = capture_training_profile(ctx, model) if cfg.profile else None
     if created_group:
         distributed.finish()
     if not ctx.is_main_rank:
@@ -167,7 +168,7 @@ def _train_and_measure(ctx: TrainContext) -> None:
 
     _measure_model(ctx, model)
     if cfg.profile:
-        profile_run(ctx, to_profile, model)
+        profile_run(ctx, captured, model)
     if progress:
         progress({"phase": "done"})
 
@@ -188,24 +189,40 @@ def trace_path_for(run_id: str) -> Path:
     return default_store_path().parent / "traces" / f"{run_id}.json"
 
 
-def profile_run(ctx: TrainContext, train_model: nn.Module | None, final_model: nn.Module) -> None:
-    """``--profile``: a few steady-state training steps of a copy of the trained model under ``torch.profiler``
-    (after the timed steps, so the run's timings never include the profiler), the same step the run took
-    (its loader, optimizer and precision; ``torch.compile`` is left out: it applies to the main phase only),
-    and a few inference calls of the final model at the eval batch. Stores the op-class breakdowns in
-    ``details["profile"]`` and the training trace as Chrome-trace JSON (:func:`trace_path_for`)."""
-    result, rec = ctx.result, ctx.result.details.setdefault("profile", {})
+def capture_training_profile(ctx: TrainContext, model: nn.Module) -> tuple[op_profile.StepCapture, FitStats] | None:
+    """``--profile``, in every rank: a few steady-state training steps of a copy of the trained model under
+    ``torch.profiler``, after the timed steps (the run's timings never include the profiler), the same step the
+    run took: its loader, optimizer, precision, accumulation and, data-parallel, a DDP wrap of the copy
+    (:func:`lab.distributed.profiled`: all ranks run the steps, as their all-reduces need; each rank
+    profiles, so none waits on a peer slowed by its profiler). ``torch.compile`` is left out: it applies to the
+    main phase only. Rank 0 keeps the capture and writes the Chrome trace; other ranks return ``None``."""
+    train_model = _copy_or_none(model)
     if train_model is None:
-        rec["note"] = "not profiled: data-parallel run, or a model that cannot be copied"
-        return
-    path = trace_path_for(result.run_id)
-    cap = op_profile.StepCapture(warmup=PROFILE_WARMUP_STEPS, active=PROFILE_ACTIVE_STEPS, trace_path=path,
+        return None
+    main = ctx.is_main_rank
+    cap = op_profile.StepCapture(warmup=PROFILE_WARMUP_STEPS, active=PROFILE_ACTIVE_STEPS,
+                                 trace_path=trace_path_for(ctx.result.run_id) if main else None,
                                  cuda=ctx.device.type == "cuda")
     loader = op_profile.AnnotatedLoader(ctx.make_loader())
     n = PROFILE_WARMUP_STEPS + PROFILE_ACTIVE_STEPS
-    with cap.running():
-        stats = ctx.fit(train_model, epochs=math.ceil((n + 1) / max(1, len(loader))), lr=ctx.resolved.lr, max_steps=n,
-                        step_hooks=[cap.hook], phase="profile", loader=loader, probe=True)
+    accum = ctx.cfg.ddp.grad_accum_steps
+    with distributed.profiled(ctx, train_model) as profiled_model, cap.running():
+        stats = ctx.fit(profiled_model, epochs=math.ceil((n + 1) * accum / max(1, len(loader))), lr=ctx.resolved.lr,
+                        max_steps=n, step_hooks=[cap.hook], phase="profile", loader=loader, probe=True)
+    return (cap, stats) if main else None
+
+
+def profile_run(ctx: TrainContext, captured: tuple[op_profile.StepCapture, FitStats] | None,
+                final_model: nn.Module) -> None:
+    """``--profile`` on rank 0: the op-class breakdown of the captured training steps
+    (:func:`capture_training_profile`), scaled to the run's median step, and of a few inference calls of the
+    final model at the eval batch, in ``details["profile"]``; the trace path (:func:`trace_path_for`)."""
+    result, rec = ctx.result, ctx.result.details.setdefault("profile", {})
+    if captured is None:
+        rec["note"] = "not profiled: a model that cannot be copied"
+        return
+    cap, stats = captured
+    path = cap.trace_path
     prof_steps = stats.step_times_ms["total"][PROFILE_WARMUP_STEPS:]
     timed = result.measured_ms()
     step_ms = float(sorted(timed)[len(timed) // 2]) if timed else sum(prof_steps) / max(1, len(prof_steps))
@@ -213,8 +230,9 @@ def profile_run(ctx: TrainContext, train_model: nn.Module | None, final_model: n
     wait_ms = float(sorted(waits)[len(waits) // 2]) if waits else None
     train = op_profile.breakdown(cap.events, n_steps=max(1, len(prof_steps)), step_ms=step_ms, data_wait_ms=wait_ms,
                                  profiled_step_ms=sum(prof_steps) / max(1, len(prof_steps)))
-    rec.update(train=train.to_dict(), trace=str(path) if path.exists() else None,
-               steps={"warmup": PROFILE_WARMUP_STEPS, "active": len(prof_steps)})
+    rec.update(train=train.to_dict(), trace=str(path) if path is not None and path.exists() else None,
+               steps={"warmup": PROFILE_WARMUP_STEPS, "active": len(prof_steps)},
+               world_size=ctx.cfg.ddp.world_size, rank=0)
     test = ctx.data.test
     k = min(ctx.cfg.eval_batch_size, len(test[0]))
     batch = to_device(tuple(t[:k] for t in test[:-1]), ctx.device)

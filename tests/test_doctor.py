@@ -16,6 +16,7 @@ from torch import nn
 from lab.cli import main
 from lab.config import DataConfig, RunConfig
 from lab.doctor import (
+    CompileCost,
     Rate,
     Rates,
     amdahl,
@@ -34,17 +35,23 @@ from lab.recipes import TECHNIQUES
 from lab.workloads import Datasets, SizeSpec, Workload, register_workload
 
 
-def _bd(step_ms: float = 10.0, tiny: float = 0.0, **shares: float) -> Breakdown:
+def _bd(step_ms: float = 10.0, tiny: float = 0.0, ops: dict[str, float] | None = None, **shares: float) -> Breakdown:
     ms = {c: 0.0 for c in OP_CLASSES}
     for c, s in shares.items():
         ms[c] = s * step_ms
     ms["overhead"] += step_ms - sum(ms.values())
-    return Breakdown(step_ms=step_ms, ms=ms, tiny_ms={"elementwise": tiny * step_ms} if tiny else {})
+    return Breakdown(step_ms=step_ms, ms=ms, tiny_ms={"elementwise": tiny * step_ms} if tiny else {},
+                     op_counts=dict(ops or {}))
 
 
+#: What torch.compile saves per fusable op (20 us) and costs per compiled forward + backward (0.5 ms), as
+#: :func:`lab.doctor.compile_cost` would measure it; 2 s + 10 ms per op to compile.
+COMPILE = CompileCost(0.02, 0.015, 0.025, 0.5, 0.4, 0.6, compile_s_fixed=2.0, compile_s_per_op=0.01,
+                      source="measured here: test")
 RATES = Rates(precision={("bf16", "linear"): Rate(2.0, 1.8, 2.2, "measured here: test"),
                          ("fp16", "linear"): Rate(0.9, 0.8, 1.0, "measured here: test")},
-              fused_optimizer=Rate(3.0, 2.5, 3.5, "measured here: test"), batch_bytes=4096)
+              fused_optimizer=Rate(3.0, 2.5, 3.5, "measured here: test"), batch_bytes=4096, compile=COMPILE,
+              steps=1000)
 
 
 def _ranked(train: Breakdown, infer: Breakdown | None = None, rates: Rates = RATES) -> list:
@@ -88,12 +95,94 @@ def test_planted_matmul_gets_precision_first():
 def test_planted_overhead_gets_compile_first_and_batch_advice():
     from lab.doctor import larger_batch_advice
 
-    b = _bd(tiny=0.3, elementwise=0.35, matmul=0.05, optimizer=0.01)
+    b = _bd(tiny=0.3, elementwise=0.35, matmul=0.05, optimizer=0.01, ops={"elementwise": 300})
     top = _ranked(b)[0]
     assert top.technique == "compile"
     assert "compile or larger batches first" in top.reason
     s, text = larger_batch_advice(b)
     assert s > 1.3 and "batch" in text
+
+
+def test_many_tiny_ops_rank_compile_higher_than_a_huge_linear():
+    tiny_ops = _bd(elementwise=0.5, reduction=0.05, matmul=0.05, optimizer=0.02, ops={"elementwise": 300})
+    huge_linear = _bd(matmul=0.9, elementwise=0.02, optimizer=0.02, ops={"elementwise": 2, "matmul": 3})
+    on_tiny, on_huge = _ranked(tiny_ops), _ranked(huge_linear)
+    c_tiny = next(p for p in on_tiny if p.technique == "compile")
+    c_huge = next(p for p in on_huge if p.technique == "compile")
+    # 300 ops x 20 us saved - 0.5 ms per call on a 10 ms step; 2 ops x 20 us - 0.5 ms on the huge Linear
+    assert c_tiny.speedup == pytest.approx(10 / (10 - 6 + 0.5))
+    assert c_huge.speedup == pytest.approx(10 / (10 - 0.04 + 0.5)) and c_huge.speedup < 1
+    assert c_tiny.lo <= c_tiny.speedup <= c_tiny.hi
+    train = [p.technique for p in on_tiny if p.axis == "train_step"]
+    assert train.index("compile") < train.index("bf16")
+    train = [p.technique for p in on_huge if p.axis == "train_step"]
+    assert train.index("bf16") < train.index("compile")
+    # compile time is a cost a run amortises: 2 s + 300 ops x 10 ms = 5 s over 5.5 ms saved per step
+    assert "pays back after ~909 steps" in c_tiny.reason and "this run's 1000 steps" in c_tiny.reason
+    assert "never pays back" in c_huge.reason
+
+
+def test_compile_saving_never_exceeds_the_fusable_work_and_the_overhead():
+    from lab.doctor import compile_step_ms
+
+    b = _bd(elementwise=0.1, matmul=0.85, ops={"elementwise": 10_000})  # 10,000 ops x 20 us would be 200 ms
+    assert compile_step_ms(b, 0.02, 0.0) == pytest.approx(10.0 - 1.0 - 0.5)  # only elementwise + overhead go
+
+
+def test_the_chain_fit_recovers_saving_per_op_and_price_per_call():
+    from lab.doctor import CHAIN_OPS, fit_chain
+
+    n = CHAIN_OPS
+    noise = [0.99, 1.0, 1.01, 1.0, 1.0]
+    samples = {"e1": [0.05 * f for f in noise], "eN": [0.05 * n * f for f in noise],  # eager: 50 us per op
+               "c1": [0.6 * f for f in noise], "cN": [(0.6 + 0.01 * (n - 1)) * f for f in noise]}  # 10 us per op
+    (save, slo, shi), (call, clo, chi) = fit_chain(samples)
+    assert save == pytest.approx(0.04) and call == pytest.approx(0.6 - 0.05 + 0.04)
+    assert slo <= save <= shi and clo <= call <= chi
+
+
+def test_compile_record_keeps_the_compile_out_of_the_steady_steps():
+    from lab.compute import compile_record
+
+    rec = compile_record([5000.0, 1.2, 1.0, 1.1, 1.0], {"graphs": 3, "graph_breaks": 1},
+                         {"graphs": 5, "graph_breaks": 1})
+    assert rec == {"compile_s": pytest.approx((5000.0 - 1.05) / 1e3), "graphs": 2, "graph_breaks": 0}
+
+
+def test_breakdown_counts_the_ops_the_model_called_by_class():
+    from lab.measure.profile import OpEvent, breakdown
+
+    ev = [OpEvent("aten::tanh", 2.0, 2.0, ("ProfilerStep#3",), True) for _ in range(6)]
+    ev += [OpEvent("autograd::engine::evaluate_function: TanhBackward0", 3.0, 3.0, (), True) for _ in range(6)]
+    ev += [OpEvent("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 1.0, 1.0, (), True)]
+    b = breakdown(ev, n_steps=2, step_ms=1.0)
+    assert b.op_counts == {"elementwise": 6.0}  # 3 forward + 3 backward per step; AccumulateGrad is not the model's
+
+
+def test_data_parallel_from_a_profiled_ddp_step_names_the_comm_share():
+    from lab.doctor import predict_data_parallel
+
+    b = _bd(comm=0.25, matmul=0.6)
+    b.comm_inflight_ms = 4.0  # 2.5 ms exposed of 4 ms in flight
+    p = predict_data_parallel(b, 2, measured=True)
+    assert p.axis == "train" and p.speedup == pytest.approx(2 * 0.75)
+    assert p.lo == pytest.approx(2 * 7.5 / (7.5 + 4.0)) and p.hi == 2.0
+    assert "communication 25 % of the step" in p.reason
+
+
+def test_data_parallel_from_one_process_follows_the_link():
+    from lab.distributed.scaling import Link
+    from lab.doctor import predict_data_parallel
+
+    link = Link("test", alpha_s=100e-6, bandwidth_bytes_per_s=1e9)
+    big_step = predict_data_parallel(_bd(step_ms=100.0, matmul=0.9), 2, grad_bytes=1e5, link=link)
+    comm_bound = predict_data_parallel(_bd(step_ms=1.0, matmul=0.9), 2, grad_bytes=1e7, link=link)
+    assert 1.9 < big_step.speedup <= 2.0  # 0.3 ms of all-reduce against a 100 ms step
+    assert comm_bound.lo < 1.0 and comm_bound.speedup < big_step.speedup  # 10 ms of all-reduce, 1 ms step
+    assert comm_bound.lo <= comm_bound.speedup <= comm_bound.hi
+    shared = predict_data_parallel(_bd(step_ms=100.0, matmul=0.9), 2, grad_bytes=1e5, link=link, core_share=2.0)
+    assert shared.speedup == pytest.approx(big_step.speedup / 2, rel=0.01)  # two ranks on one rank's cores
+    assert predict_data_parallel(_bd(), 2) is None  # no link calibrated: not predicted
 
 
 def test_planted_optimizer_gets_the_fused_optimizer_first():
@@ -230,7 +319,16 @@ TINY_OPS = Workload(name="many_tiny_ops", description="300 tiny ops per forward"
 TRAIN_TECHS = ["bf16", "fused_optim", "prefetch", "workers2", "compile"]
 
 
-def test_a_slow_data_source_gets_a_loader_first(toy_workload):
+@pytest.fixture
+def fixed_compile_cost(monkeypatch):
+    """The planted cases check the ranking, not this machine's compiler: the chain micro-benchmark (two
+    compiles, tens of seconds here) is replaced by :data:`COMPILE`."""
+    from lab.doctor import diagnosis
+
+    monkeypatch.setattr(diagnosis, "compile_cost", lambda shape: COMPILE)
+
+
+def test_a_slow_data_source_gets_a_loader_first(toy_workload, fixed_compile_cost):
     cfg = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=2, epochs=1,
                     data=DataConfig(loader="naive", storage="object_store"))
     d = diagnose(cfg, techniques=TRAIN_TECHS)
@@ -240,7 +338,7 @@ def test_a_slow_data_source_gets_a_loader_first(toy_workload):
     assert "data wait" in format_diagnosis(d)
 
 
-def test_many_tiny_ops_get_compile_first():
+def test_many_tiny_ops_get_compile_first(fixed_compile_cost):
     register_workload(TINY_OPS, overwrite=True)
     d = diagnose(RunConfig(workload="many_tiny_ops", size="tiny", threads=1, latency_repeats=2),
                  techniques=TRAIN_TECHS)

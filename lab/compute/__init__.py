@@ -3,18 +3,29 @@ instead of a loop of small ones), ``compute.fast_kernels`` (a workload's faster 
 model, its ``Workload.fast_kernels`` hook) and ``compute.compile`` (``torch.compile`` of the training forward,
 compile time counted in the training time). None of them changes the parameters or the loss, so accuracy
 may differ only by float rounding. Taught in ``notebooks/06_ablations.ipynb`` (the speed stack).
+
+How compile is measured (DESIGN.md section 5, rule 1): compilation runs inside the first step, which the
+warm-up steps exclude from every per-step figure; the end-to-end training time keeps it, since a run pays it.
+Each compiled run starts from ``torch._dynamo.reset()``: Dynamo caches graphs per code object for the whole
+process, so without it the second compile arm of an ablation reused the first one's graphs and trained
+seconds faster than the first, a repeat-to-repeat difference that was only the cache (inductor's on-disk
+caches still make a later compile of the same graph cheaper, as they would for a user). The compile cost is
+recorded apart, ``details["compile"]``: the first step's excess over the median step (``compile_s``), the
+graphs compiled and the graph breaks; a recompile after the warm-up shows there as more graphs.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import torch
+import torch._dynamo
 from torch import nn
 
 from lab.config import RunConfig
 from lab.context import FitPlan, TrainContext
-from lab.loop import StepHook
+from lab.loop import FitStats, StepHook
 from lab.result import RunResult
 from lab.workloads import get_workload, list_workloads
 
@@ -43,7 +54,31 @@ def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
     inside the timing."""
     plan.fused_optimizer = ctx.cfg.compute.fused_optimizer
     if ctx.cfg.compute.compile and plan.phase == "train":
+        torch._dynamo.reset()  # this run pays its own compile (module docstring)
+        before = compile_counters()
         plan.forward = torch.compile(model)
+
+        def record(stats: FitStats) -> None:
+            ctx.result.details["compile"] = compile_record(stats.step_times_ms["total"], before, compile_counters())
+
+        plan.finished.append(record)
+
+
+def compile_counters() -> dict[str, int]:
+    """Dynamo's process-wide counts of graphs compiled and graph breaks (deltas tell one run's)."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
+def compile_record(step_ms: list[float], before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
+    """The compile cost of one fit: ``compile_s``, the first step's time beyond the median step (the
+    compilation itself; the per-step figures exclude it as warm-up), and the graphs / graph breaks it made."""
+    steady = statistics.median(step_ms[1:]) if len(step_ms) > 1 else 0.0
+    return {"compile_s": max(step_ms[0] - steady, 0.0) / 1e3 if step_ms else 0.0,
+            "graphs": after["graphs"] - before["graphs"],
+            "graph_breaks": after["graph_breaks"] - before["graph_breaks"]}
 
 
 def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:

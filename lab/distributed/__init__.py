@@ -13,7 +13,9 @@ The family's door (see :mod:`lab.context`): ``loader_factory`` slices every rank
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch import nn
@@ -29,7 +31,7 @@ from lab.loop import Loader, StepHook
 from lab.result import RunResult
 
 __all__ = [*ddp.__all__, *launch.__all__,
-           "after_training", "before_training", "check", "fit_options", "loader_factory", "report"]
+           "after_training", "before_training", "check", "fit_options", "loader_factory", "profiled", "report"]
 
 
 def check(cfg: RunConfig) -> None:
@@ -55,10 +57,33 @@ def loader_factory(ctx: TrainContext, make: Callable[[int], Loader] | None) -> C
     return lambda batch_size: RankSlicedLoader(make(batch_size * info.world_size), info.rank, info.world_size)
 
 
+#: The phase of ``--profile``'s captured steps (``lab.train.capture_training_profile``): a probe that must take
+#: the run's own step, accumulation and all-reduces included.
+PROFILE_PHASE = "profile"
+
+
 def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
-    """The loop's ``ddp`` argument: ``no_sync`` accumulation and the comm timing (not for a probe)."""
-    if not plan.probe:
+    """The loop's ``ddp`` argument: ``no_sync`` accumulation and the comm timing (not for a probe, except the
+    profiled steps, which must be the run's step)."""
+    if not plan.probe or plan.phase == PROFILE_PHASE:
         plan.ddp = ctx.ddp
+
+
+@contextlib.contextmanager
+def profiled(ctx: TrainContext, model: nn.Module) -> Iterator[nn.Module]:
+    """The model ``--profile`` trains: ``model`` itself in a single process; data-parallel, a fresh DDP wrap of it
+    (the run's wrap is gone: the profiled copy must not move the trained model) with its own comm recorder,
+    which ``ctx.ddp`` points at until the block ends. Every rank must enter it: DDP's construction and each
+    step's all-reduces are collective."""
+    if not _distributed(ctx):
+        yield model
+        return
+    saved = ctx.ddp
+    ctx.ddp = dataclasses.replace(saved, recorder=None)
+    try:
+        yield wrap(model, ctx.ddp, ctx.cfg.ddp, ctx.device)
+    finally:
+        ctx.ddp = saved
 
 
 def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ import torch
 from lab.config import RunConfig
 from lab.context import prepare, resolve_device
 from lab.doctor import rates as rates_
+from lab.doctor.compile_rate import activation_shape, compile_cost
+from lab.doctor.data_parallel import predict_data_parallel
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
 from lab.measure.profile import OP_CLASSES, Breakdown
 from lab.precision import capability
@@ -45,6 +48,7 @@ class Diagnosis:
     skipped: dict[str, str] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     calibration_s: float = 0.0
+    data_parallel: Prediction | None = None  # advice, not ranked (:func:`data_parallel_advice`)
 
     @property
     def hardware_id(self) -> str:
@@ -58,7 +62,8 @@ class Diagnosis:
                 "baseline_run_id": self.baseline.run_id, "train": self.train.to_dict(),
                 "inference": self.infer.to_dict() if self.infer else None, "rate_source": self.rate_source,
                 "predictions": [p.to_dict() for p in self.predictions], "skipped": dict(self.skipped),
-                "advice": list(self.advice), "calibration_s": self.calibration_s}
+                "advice": list(self.advice), "calibration_s": self.calibration_s,
+                "data_parallel": self.data_parallel.to_dict() if self.data_parallel else None}
 
 
 def gate(tech: Technique, cfg: RunConfig) -> str | None:
@@ -100,6 +105,11 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
         if "quant.method" in wanted:
             rows = min(cfg.eval_batch_size, len(ctx.data.test[0]))
             out.dynamic_int8 = rates_.dynamic_int8_rate(shapes, rows)
+        if wanted.get("compute.compile"):
+            try:
+                out.compile = compile_cost(activation_shape(shapes.linear, len(batch[0])))
+            except Exception:  # noqa: BLE001 - no compiler here: the prediction falls back to its prior and says so
+                out.compile = None
         if wanted.get("compute.fast_kernels") and ctx.workload.fast_kernels is not None:
             fast = ctx.workload.fast_kernels(copy.deepcopy(model))
             out.fast_kernels = rates_.model_fwd_bwd_rate(model, fast, inputs, "the workload's fast kernels vs its "
@@ -147,7 +157,10 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     infer = Breakdown.from_dict(prof["inference"]) if prof.get("inference") else None
     t0 = time.perf_counter()
     cmap = rates_.find_crossover(result.hardware_id, crossover_root)
-    r = calibrate(cfg, allowed)
+    mapped = cmap is not None and cmap.rate("compile", "train_step", result.macs_per_sample, cfg.workload)
+    # the map's compile rate wins (as every map rate does), so the chain's two compiles are not paid for nothing
+    r = calibrate(cfg, [t for t in allowed if not (mapped and t.overrides.get("compute.compile"))])
+    r.steps = result.steps
     if cmap is not None:
         r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload)
         source = f"crossover map {cmap.path} ({len(r.crossover)} technique rates) + on-the-spot micro-benchmarks"
@@ -164,8 +177,26 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
         else:
             preds.append(p)
     advice = [larger_batch_advice(train)[1]]
+    ddp = data_parallel_advice(cfg, result, train)
+    advice.append(ddp.reason if ddp is not None else "data-parallel not predicted: no all-reduce link calibrated "
+                  f"for {result.hardware_id} (python benchmarks/distributed.py calibrates one)")
     return Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
-                     predictions=rank(preds), skipped=skipped, advice=advice, calibration_s=calib_s)
+                     predictions=rank(preds), skipped=skipped, advice=advice, calibration_s=calib_s,
+                     data_parallel=ddp)
+
+
+def data_parallel_advice(cfg: RunConfig, result: RunResult, train: Breakdown) -> Prediction | None:
+    """Data-parallel as advice (:func:`lab.doctor.data_parallel.predict_data_parallel`): from the profiled comm class
+    of a DDP baseline, else 2 ranks from this machine's calibrated all-reduce link and the model's gradient
+    bytes. Not a ranked prescription: its ranks train a W times larger effective batch, so it competes on
+    samples per second, not on the per-step time the verification measures."""
+    if cfg.ddp.world_size > 1:
+        return predict_data_parallel(train, cfg.ddp.world_size, measured=True)
+    threads = int(result.env.get("torch_threads") or cfg.threads or 1)
+    cores = os.cpu_count() or 1
+    return predict_data_parallel(train, 2, grad_bytes=4.0 * (result.param_count or 0),
+                                 link=rates_.find_link(result.hardware_id),
+                                 bucket_bytes=cfg.ddp.bucket_cap_mb * 2**20, core_share=2 * threads / cores)
 
 
 def format_breakdown(b: Breakdown, title: str) -> str:
@@ -202,4 +233,4 @@ def format_diagnosis(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Diagnosis", "calibrate", "diagnose", "format_breakdown", "format_diagnosis", "gate"]
+__all__ = ["Diagnosis", "calibrate", "data_parallel_advice", "diagnose", "format_breakdown", "format_diagnosis", "gate"]

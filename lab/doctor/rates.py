@@ -14,8 +14,9 @@ faster leaves an embedding lookup or a 3-microsecond op as it is, so a model's s
    default vs fused, on its own parameters; dynamic int8 of its largest Linear at the eval batch; its
    workload's fast kernels on one batch; the cost of one tiny op. Seconds, not minutes.
 
-What neither covers (compile, static int8, channel pruning without a map) uses a stated prior with a wide
-interval, labelled ``prior`` in every reason that uses it.
+``torch.compile`` is calibrated in :mod:`lab.doctor.compile_rate` (a saving per fusable op and a price per
+call, not one rate). What neither covers (static int8, channel pruning without a map) uses a stated prior
+with a wide interval, labelled ``prior`` in every reason that uses it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 from lab.bench import BENCH_DIR
+from lab.distributed.scaling import Link
 from lab.measure import bootstrap_ratio_ci, interleaved_ms
 
 #: Crossover-map technique names -> the names of :data:`lab.recipes.TECHNIQUES`.
@@ -140,6 +142,17 @@ def find_crossover(hardware_id: str, root: Path | None = None) -> CrossoverMap |
     """This hardware id's map when there is one (``None`` otherwise: the doctor calibrates on the spot)."""
     path = crossover_path(hardware_id, root)
     return load_crossover(path) if path.is_file() else None
+
+
+def find_link(hardware_id: str, root: Path | None = None) -> Link | None:
+    """The all-reduce link ``benchmarks/distributed.py`` calibrated on this hardware id (alpha, bandwidth of a
+    2-rank gloo all-reduce), or ``None`` when it has not run here: data-parallel is then not predicted."""
+    path = (root or BENCH_DIR / "results") / hardware_id / "distributed.json"
+    try:
+        link = json.loads(path.read_text())["calibrated_link"]
+        return Link(f"calibrated here ({path.name})", float(link["alpha_s"]), float(link["bandwidth_bytes_per_s"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 # ------------------------------------------------------------------------------------ on-the-spot rates
@@ -331,5 +344,5 @@ def tiny_op_us() -> float:
 
 
 __all__ = ["CROSSOVER_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes", "crossover_path", "dominant_layers",
-           "dynamic_int8_rate", "find_crossover", "grad_scaler_rate", "load_crossover", "model_fwd_bwd_rate",
-           "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]
+           "dynamic_int8_rate", "find_crossover", "find_link", "grad_scaler_rate", "load_crossover",
+           "model_fwd_bwd_rate", "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]

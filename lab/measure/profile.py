@@ -13,6 +13,16 @@ belongs to that range's class whatever its name. Framework overhead is the step'
 loop's own timer, not the profiler) that no op covers: Python, dispatch between ops, the profiler's own
 cost. Ops shorter than :data:`TINY_OP_US` are reported as a share too: they are dispatch-bound, so a
 faster kernel for them buys nothing. Taught in ``notebooks/08_doctor.ipynb``.
+
+Data-parallel steps (DDP; :func:`lab.train.profile_run` profiles every rank and keeps rank 0's): the
+communication class is the *exposed* part only, so the classes still sum to the step. DDP issues each
+bucket's all-reduce from backward (``c10d::allreduce_`` inside ``AccumulateGrad``) and gloo runs it on a
+background thread (``gloo:all_reduce``, an async event) while backward goes on. What the training thread
+spends in comm ops (issuing the all-reduce, the reducer's bucket copies, ``copy_bucket_to_grad``) is comm;
+so is the in-flight time during which the training thread ran no op at all (it was waiting for the last
+buckets). The rest of the in-flight time overlaps compute: it costs nothing the step could save, is not a
+class (it would count the same wall time twice) and is reported beside them as ``comm_inflight_ms``.
+NCCL on CUDA (its ``nccl:`` ranges and kernels) goes through the same rules; it is untested here (no GPU).
 """
 
 from __future__ import annotations
@@ -37,7 +47,9 @@ DATA_WAIT_RANGE = "lab::data_wait"
 
 _RULES: tuple[tuple[str, str], ...] = (
     # (class, regex on the normalised op name); first match wins
-    ("comm", r"c10d|allreduce|all_reduce|allgather|broadcast|gloo|nccl|record_param_comms|reduce_scatter"),
+    ("comm", r"c10d|allreduce|all_reduce|allgather|all_gather|^_?broadcast_?$|broadcast_coalesced|gloo|nccl|"
+             r"record_param_comms|"
+             r"reduce_scatter|reducer|ddp\.reducer|copy_bucket_to_grad"),
     ("optimizer", r"^_foreach_|^_fused_(adam|adamw|sgd)|^adam|^sgd|lerp"),
     ("recurrent", r"lstm|gru|rnn_(tanh|relu)|mkldnn_rnn|_cudnn_rnn"),
     ("embedding", r"embedding|index_select|index_add|index_put|index_copy|^index$|gather|scatter|take"),
@@ -72,6 +84,8 @@ def classify_op(name: str) -> str:
         return "elementwise"  # adding a grad into .grad
     if name.startswith("ProfilerStep") or name.startswith("## ") or name == DATA_WAIT_RANGE:
         return "overhead"
+    if name.startswith("DistributedDataParallel.forward"):
+        return "overhead"  # its self time is the Python of the wrapped forward, as in an unwrapped step
     n = normalise_op(name)
     if n.startswith("quantized::"):
         return "matmul"
@@ -90,6 +104,8 @@ class OpEvent:
     total_us: float
     ancestors: tuple[str, ...] = ()  # names of enclosing events, innermost first
     top_level_op: bool = False  # an op the user's code called (its parent is no op): counted for "tiny"
+    start_us: float = 0.0  # profiler clock; only the comm overlap needs it
+    background: bool = False  # a collective in flight on a comm thread (gloo's async events): not a class
 
 
 def events_from_profiler(events: Iterable[Any]) -> list[OpEvent]:
@@ -97,7 +113,10 @@ def events_from_profiler(events: Iterable[Any]) -> list[OpEvent]:
     accounted through the CPU op that launched them)."""
     out = []
     for ev in events:
+        start = float(getattr(getattr(ev, "time_range", None), "start", 0.0) or 0.0)
         if getattr(ev, "is_async", False):
+            if classify_op(ev.name) == "comm":  # gloo:all_reduce on its worker thread: in flight, overlapping
+                out.append(OpEvent(ev.name, 0.0, float(ev.cpu_time_total), (), False, start, True))
             continue
         chain, parent = [], ev.cpu_parent
         while parent is not None:
@@ -105,13 +124,45 @@ def events_from_profiler(events: Iterable[Any]) -> list[OpEvent]:
             parent = parent.cpu_parent
         is_op = "::" in ev.name and not ev.name.startswith(("lab::", "ProfilerStep"))
         top = is_op and not any("::" in c and not c.startswith(("lab::", "Optimizer")) for c in chain[:1])
-        out.append(OpEvent(ev.name, float(ev.self_cpu_time_total), float(ev.cpu_time_total), tuple(chain), top))
+        out.append(OpEvent(ev.name, float(ev.self_cpu_time_total), float(ev.cpu_time_total), tuple(chain), top,
+                           start))
     return out
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        elif b > a:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def comm_overlap_us(events: Sequence[OpEvent]) -> tuple[float, float]:
+    """``(in_flight_us, exposed_us)``: the union of background collectives' in-flight intervals, and the part of
+    it during which the training threads ran no op (a wait the step pays; the rest overlapped compute)."""
+    flight = _union((e.start_us, e.start_us + e.total_us) for e in events if e.background)
+    if not flight:
+        return 0.0, 0.0
+    busy = _union((e.start_us, e.start_us + e.total_us) for e in events
+                  if not e.background and not e.name.startswith("ProfilerStep")
+                  and all(a.startswith("ProfilerStep") for a in e.ancestors))
+    covered, j = 0.0, 0
+    for a, b in flight:
+        while j < len(busy) and busy[j][1] <= a:
+            j += 1
+        k = j
+        while k < len(busy) and busy[k][0] < b:
+            covered += min(b, busy[k][1]) - max(a, busy[k][0])
+            k += 1
+    total = sum(b - a for a, b in flight)
+    return total, max(total - covered, 0.0)
 
 
 #: A composite op of these classes owns what runs inside it (``aten::lstm``'s matmuls are recurrent work,
 #: the ``sort`` inside ``EmbeddingBagBackward0`` is embedding work): the technique acts on the composite.
-_OWNING = ("embedding", "recurrent", "norm")
+_OWNING = ("embedding", "recurrent", "norm", "comm")  # comm: the aten ops inside DDP's bucket copies
 
 
 def _owner(ev: OpEvent) -> str:
@@ -144,6 +195,8 @@ class Breakdown:
     top_ops: list[tuple[str, str, float]] = field(default_factory=list)  # (op, class, ms per step)
     profiled_step_ms: float | None = None  # the wall time of a step while the profiler ran
     note: str = ""
+    comm_inflight_ms: float = 0.0  # collectives in flight on comm threads per step, overlapped part included
+    op_counts: dict[str, float] = field(default_factory=dict)  # ops the model's code called, per step, by class
 
     def share(self, cls: str) -> float:
         return self.ms.get(cls, 0.0) / self.step_ms if self.step_ms > 0 else 0.0
@@ -160,7 +213,7 @@ class Breakdown:
                 "shares": self.shares(), "tiny_share": self.tiny_share, "conv_ms": self.conv_ms,
                 "ops_per_step": self.ops_per_step,
                 "top_ops": [list(t) for t in self.top_ops], "profiled_step_ms": self.profiled_step_ms,
-                "note": self.note}
+                "note": self.note, "comm_inflight_ms": self.comm_inflight_ms, "op_counts": dict(self.op_counts)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Breakdown:
@@ -168,7 +221,9 @@ class Breakdown:
                    tiny_ms={k: float(v) for k, v in d.get("tiny_ms", {}).items()},
                    conv_ms=float(d.get("conv_ms", 0.0)), ops_per_step=float(d.get("ops_per_step", 0.0)),
                    top_ops=[(str(a), str(b), float(c)) for a, b, c in d.get("top_ops", [])],
-                   profiled_step_ms=d.get("profiled_step_ms"), note=str(d.get("note", "")))
+                   profiled_step_ms=d.get("profiled_step_ms"), note=str(d.get("note", "")),
+                   comm_inflight_ms=float(d.get("comm_inflight_ms", 0.0)),
+                   op_counts={k: float(v) for k, v in d.get("op_counts", {}).items()})
 
 
 def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_wait_ms: float | None = None,
@@ -180,15 +235,19 @@ def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_w
     the time no op covers: ``profiled_step_ms`` (the wall time of a step under the profiler) minus the ops,
     or ``step_ms`` minus the ops without it. The compute classes (ops and overhead) are then scaled to
     ``step_ms`` minus the data wait, so the profiler's own cost is spread proportionally and the classes
-    sum to ``step_ms`` exactly; ``note`` says by how much they were scaled."""
+    sum to ``step_ms`` exactly; ``note`` says by how much they were scaled. Background collectives
+    (:attr:`OpEvent.background`) add only their exposed wait to ``comm`` (:func:`comm_overlap_us`)."""
     if n_steps < 1:
         raise ValueError(f"n_steps={n_steps} is invalid: allowed: >= 1")
     ms = dict.fromkeys(OP_CLASSES, 0.0)
     tiny = dict.fromkeys(OP_CLASSES, 0.0)
     per_op: dict[str, list[Any]] = {}
+    counts: dict[str, float] = {}
     n_ops, conv = 0, 0.0
+    inflight_us, exposed_us = comm_overlap_us(events)
+    ms["comm"] += exposed_us / 1e3 / n_steps  # the training thread idle, waiting for the last buckets
     for ev in events:
-        if ev.name.startswith("ProfilerStep"):
+        if ev.name.startswith("ProfilerStep") or ev.background:
             continue  # its self time is Python between ops: overhead, computed from the wall time below
         cls = _owner(ev)
         if cls == "overhead" and ev.name == DATA_WAIT_RANGE:
@@ -200,6 +259,8 @@ def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_w
         slot[1] += ev.self_us / 1e3 / n_steps
         if ev.top_level_op:
             n_ops += 1
+            if "AccumulateGrad" not in ev.name:  # autograd's own grad accumulation, outside the model's graph
+                counts[cls] = counts.get(cls, 0.0) + 1.0 / n_steps
             if ev.total_us < tiny_us and cls not in ("data_wait",):
                 tiny[cls] += ev.total_us / 1e3 / n_steps
     wait_profiled = ms["data_wait"]
@@ -230,7 +291,7 @@ def breakdown(events: Sequence[OpEvent], *, n_steps: int, step_ms: float, data_w
     top = sorted(((op, c, t) for op, (c, t) in per_op.items()), key=lambda x: -x[2])[:8]
     return Breakdown(step_ms=float(step_ms), ms=ms, tiny_ms={k: v for k, v in tiny.items() if v > 0},
                      conv_ms=conv, ops_per_step=n_ops / n_steps, top_ops=top, profiled_step_ms=profiled_step_ms,
-                     note=note)
+                     note=note, comm_inflight_ms=inflight_us / 1e3 / n_steps, op_counts=counts)
 
 
 # --------------------------------------------------------------------------------------------- capture
@@ -302,4 +363,4 @@ def profile_calls(fn: Callable[[], Any], *, calls: int, warmup: int = 2) -> tupl
 
 
 __all__ = ["AnnotatedLoader", "Breakdown", "DATA_WAIT_RANGE", "OP_CLASSES", "OpEvent", "StepCapture", "TINY_OP_US",
-           "breakdown", "classify_op", "events_from_profiler", "normalise_op", "profile_calls"]
+           "breakdown", "classify_op", "comm_overlap_us", "events_from_profiler", "normalise_op", "profile_calls"]
