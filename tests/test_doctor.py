@@ -365,3 +365,13 @@ def test_cli_doctor_bad_input_is_one_line_and_exit_2(toy_workload, capsys, argv)
     assert main(["doctor", "--workload", "toy", "--size", "tiny", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lab: error:") and len(err.strip().splitlines()) == 1
+
+
+def test_the_doctor_neither_prescribes_nor_verifies_fp16_on_convolutions_on_cpu() -> None:
+    from lab.doctor.diagnosis import gate
+    from lab.recipes import TECHNIQUES as RECIPE_TECHNIQUES
+
+    vision = RunConfig(workload="vision", size="tiny", device="cpu")
+    assert "fp16 convolution backward" in gate(RECIPE_TECHNIQUES["fp16"], vision)
+    assert gate(RECIPE_TECHNIQUES["bf16"], vision) is None  # bf16 has fast conv kernels
+    assert gate(RECIPE_TECHNIQUES["fp16"], RunConfig(workload="mlp", size="tiny", device="cpu")) is None

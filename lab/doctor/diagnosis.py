@@ -22,13 +22,13 @@ from typing import Any
 import torch
 
 from lab.config import RunConfig
-from lab.context import prepare, resolve_device
+from lab.context import prepare, resolve, resolve_device
 from lab.doctor import rates as rates_
 from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
 from lab.measure.profile import OP_CLASSES, Breakdown
-from lab.precision import capability
+from lab.precision import capability, model_gate
 from lab.recipes import TECHNIQUES, Technique
 from lab.result import RunResult
 from lab.train import check, run
@@ -81,6 +81,10 @@ def gate(tech: Technique, cfg: RunConfig) -> str | None:
         cap = capability(dtype, resolve_device(cfg.device).type)
         if not cap.native:
             return f"capability gate: {cap.why_tag()} (emulated: slower, not predicted)"
+        r = resolve(arm)  # the run's own model gate (fp16 convolutions on CPU): neither prescribed nor verified
+        refused = model_gate(r.workload.make_model(r.spec), dtype, r.device.type, arm.precision.fp32_modules)
+        if refused:
+            return f"does not apply here: {refused}"
     return None
 
 
