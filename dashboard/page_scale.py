@@ -22,7 +22,7 @@ import streamlit as st
 
 from lab.crossover import build_map, check_schema, load_study, place, place_workload
 from lab.measure import environment_stamp
-from lab.plots.scale import crossover_figure, regime_figure
+from lab.plots.scale import crossover_figure, reference_figure, regime_figure
 from lab.plots.scale_threads import technique_threads_figure, thread_scaling_figure, workers_ladder_figure
 from lab.workloads import list_workloads
 
@@ -61,8 +61,20 @@ def _small_map() -> dict[str, Any]:
 
 
 def render() -> None:
-    _render_map()
+    the_map = _render_map()
+    _render_reference(the_map)
     _render_threads()
+
+
+def _render_reference(the_map: dict[str, Any] | None) -> None:
+    reference = (the_map or {}).get("reference") or []
+    if not reference:
+        return
+    st.subheader("Does the lab measure what plain PyTorch measures?")
+    st.caption("On the dense ladder's largest rung the lab's arms and plain-PyTorch arms (nothing from lab: "
+               "torch.optim.Adam, torch.autocast, quantize_dynamic, a half-width model) are timed in one "
+               "interleaved loop; overlapping intervals mean the lab adds and hides nothing.")
+    st.plotly_chart(reference_figure(reference), key="scale_reference")
 
 
 def _render_threads() -> None:
@@ -101,7 +113,7 @@ def _render_threads() -> None:
                  key="scale_threads_table")
 
 
-def _render_map() -> None:
+def _render_map() -> dict[str, Any] | None:
     st.header(TITLE)
     st.caption("Speedup of each technique against model size, measured on this machine: one training step and "
                "one inference call per rung of each workload's size ladder, arms interleaved, bootstrap 95 % CI. "
@@ -115,12 +127,12 @@ def _render_map() -> None:
         if path is None or not path.exists():
             st.info("No crossover map yet: run `python -m lab crossover --quick --json "
                     "benchmarks/results/<hardware-id>/crossover.json`, or press the button above.")
-            return
+            return None
         try:
             the_map = _load(str(path), path.stat().st_mtime)
         except (OSError, ValueError) as exc:
             st.error(f"{path}: not a crossover map ({exc})")
-            return
+            return None
         st.caption(f"map: `{path}` ({'quick' if the_map.get('quick') else 'full'} settings, "
                    f"{the_map['env'].get('device_name')}, threads {the_map.get('threads', 1)}; a shared machine)")
     workloads = list(dict.fromkeys(r["workload"] for r in the_map["rows"]))
@@ -160,3 +172,4 @@ def _render_map() -> None:
     st.dataframe([c for c in the_map["crossovers"] if c["workload"] == workload], key="scale_crossovers")
     with st.expander("Regimes: why small models lose", expanded=False):
         st.plotly_chart(regime_figure(the_map, axis), key="scale_regimes")
+    return the_map

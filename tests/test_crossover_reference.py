@@ -88,3 +88,18 @@ def test_a_map_with_the_mlp_ladder_carries_the_reference(monkeypatch: pytest.Mon
     assert bench.batch_size == 8 and kw["rung"] == "s" and bench.workload.name == "mlp"
     assert build_map(["sequence"], ["bf16"], rungs={"sequence": ["xs", "s"]}, repeats=3,
                      batch_size={"sequence": 8})["reference"] == []
+
+
+def test_reference_figure_draws_both_sides_with_whiskers_and_the_targets() -> None:
+    from lab.plots.scale import reference_figure
+
+    rows = [{"rung": "xl", "technique": "bf16", "axis": TRAIN, "lab": 1.3, "lab_lo": 1.1, "lab_hi": 1.5,
+             "plain": 1.2, "plain_lo": 0.9, "plain_hi": 1.3, "agrees": True, "target": 1.8},
+            {"rung": "xl", "technique": "bf16", "axis": "forward_backward", "lab": None, "lab_lo": None,
+             "lab_hi": None, "plain": 2.0, "plain_lo": 1.5, "plain_hi": 2.5, "agrees": None, "target": None}]
+    fig = reference_figure(rows)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [t.name for t in bars] == ["lab", "plain PyTorch"]
+    assert list(bars[1].y) == [1.2, 2.0] and list(bars[1].error_y.array) == pytest.approx([0.1, 0.5])
+    (target,) = [t for t in fig.data if t.name == "target"]
+    assert list(target.y) == [1.8]

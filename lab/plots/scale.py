@@ -91,3 +91,32 @@ def regime_figure(the_map: dict[str, Any], axis: str = "train_step", height: int
     fig.update_layout(title="Baseline time and regime (circle dispatch-, square compute-, diamond memory-bound)",
                       height=height, legend={"orientation": "h", "y": -0.25})
     return fig
+
+
+def reference_figure(reference: list[dict[str, Any]], height: int = 380) -> go.Figure:
+    """The lab beside plain PyTorch (``map["reference"]``): per technique x axis two bars with their 95 % CI
+    whiskers, and the issue's target as a marker where there is one."""
+    from lab.plots.common import fig_title
+
+    rows = [r for r in reference if r.get("plain") is not None]
+    labels = [f"{r['technique']}<br>{r['axis'].replace('_', ' ')}" for r in rows]
+    fig = go.Figure()
+    for key, name, color in (("lab", "lab", qualitative.Plotly[0]), ("plain", "plain PyTorch", qualitative.Plotly[1])):
+        est = [r[key] for r in rows]
+        fig.add_bar(x=labels, y=est, name=name, marker_color=color,
+                    error_y={"type": "data", "symmetric": False,
+                             "array": [(r[f"{key}_hi"] - r[key]) if r[key] is not None else 0 for r in rows],
+                             "arrayminus": [(r[key] - r[f"{key}_lo"]) if r[key] is not None else 0 for r in rows]},
+                    hovertemplate="%{x}: %{y:.2f}x<extra>" + name + "</extra>")
+    targets = [(lbl, r["target"]) for lbl, r in zip(labels, rows, strict=True) if r.get("target")]
+    if targets:
+        fig.add_scatter(x=[t[0] for t in targets], y=[t[1] for t in targets], mode="markers", name="target",
+                        marker={"symbol": "line-ew-open", "size": 28, "color": "black", "line": {"width": 2}},
+                        hovertemplate="target %{y:.2f}x<extra></extra>")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    rung = rows[0]["rung"] if rows else ""
+    fig.update_layout(title=fig_title(f"Lab vs plain PyTorch, mlp {rung}",
+                                      "same model and batch, arms interleaved; whiskers: 95 % CI"),
+                      barmode="group", height=height, yaxis_title="speedup vs fp32 (x)",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 70})
+    return fig
