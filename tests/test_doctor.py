@@ -4,6 +4,7 @@ synthetic breakdowns with given rates, and on planted cases extreme enough to ho
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -375,3 +376,15 @@ def test_the_doctor_neither_prescribes_nor_verifies_fp16_on_convolutions_on_cpu(
     assert "fp16 convolution backward" in gate(RECIPE_TECHNIQUES["fp16"], vision)
     assert gate(RECIPE_TECHNIQUES["bf16"], vision) is None  # bf16 has fast conv kernels
     assert gate(RECIPE_TECHNIQUES["fp16"], RunConfig(workload="mlp", size="tiny", device="cpu")) is None
+
+
+def test_auto_is_predicted_as_the_precision_its_probe_would_pick() -> None:
+    from lab.doctor.predict import Prediction, predict_auto
+
+    bf16 = Prediction("bf16", "train_step", 1.16, 0.95, 1.40, "matmul 60 % at 1.3x -> bf16 predicted", [])
+    fp16 = Prediction("fp16", "train_step", 0.90, 0.80, 1.00, "matmul 60 % at 0.9x -> fp16 predicted", [])
+    auto = predict_auto("amp_auto", [bf16, fp16])
+    assert auto.speedup == pytest.approx(1.16) and 0.97 <= auto.lo <= 1.0 and auto.hi == pytest.approx(1.40)
+    assert "pick bf16" in auto.reason
+    flat = predict_auto("amp_auto", [dataclasses.replace(bf16, speedup=1.02, hi=1.10), fp16])
+    assert flat.speedup == 1.0 and "keep fp32" in flat.reason

@@ -130,10 +130,15 @@ def predict_precision(name: str, dtype: str, b: Breakdown, r: Rates) -> Predicti
 
 
 def predict_auto(name: str, candidates: list[Prediction]) -> Prediction:
-    """``auto`` keeps fp32 unless a low precision is clearly faster, so it is the best candidate or 1.0."""
+    """``auto`` probes each low precision on this model and keeps fp32 unless one is clearly faster
+    (:func:`lab.precision.decide_auto`, >= 5 %), so it is predicted as the best candidate when that one is
+    predicted clearly faster, else 1.0. The decision is the probe's, made on a measurement, not on this
+    prediction's interval: when the best candidate's interval reaches below 1 the probe would keep fp32
+    there, so the lower bound is ~1.0 rather than the candidate's (the probe's own time is a run cost)."""
     best = max(candidates, key=lambda p: p.speedup, default=None)
-    if best is not None and best.lo > 1.0 and best.speedup >= 1.05:
-        return Prediction(name, "train_step", best.speedup, best.lo, best.hi,
+    if best is not None and best.speedup >= 1.05:
+        return Prediction(name, "train_step", best.speedup, max(0.97, min(best.lo, 1.0)) if best.lo < 1.0
+                          else best.lo, best.hi,
                           f"auto should pick {best.technique} ({best.reason.split(' -> ')[0]}) -> predicted "
                           f"{_fmt(best.speedup, best.lo, best.hi)} per step (its probe costs extra training time)",
                           best.sources)
