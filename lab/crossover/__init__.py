@@ -14,7 +14,6 @@ memory- or compute-bound with its evidence, writes the map (:mod:`.mapping`) and
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,10 @@ from lab.crossover.mapping import (
     check_names,
 )
 from lab.crossover.place import describe, family_of, place, place_model, place_workload
-from lab.crossover.report import figures, headline_lines
+from lab.crossover.report import figures, headline_lines, write_strict_json
 from lab.crossover.threads import compare_maps, stops_paying, workers_along_ladder
 from lab.crossover.threads_study import load_study, summary_lines, threads_cli, threads_study, write_study
 from lab.crossover.versus import predicted_vs_measured
-from lab.result import to_jsonable
 
 __all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK_TECHNIQUES", "ROW_KEYS", "TECHNIQUES",
            "agreement", "analyse", "build_map", "check_names", "check_schema", "compare_maps", "crossover_macs",
@@ -58,24 +56,9 @@ def check_schema(the_map: dict[str, Any]) -> None:
                 raise ValueError(f"crossover map {part}[{i}] lacks {', '.join(missing)}")
 
 
-def _finite_or_null(obj: Any) -> Any:
-    # Standard JSON has no NaN / Infinity, and the map's readers (lab doctor, a browser) are not Python.
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite_or_null(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite_or_null(v) for v in obj]
-    return obj
-
-
 def write_map(the_map: dict[str, Any], path: str | Path) -> Path:
     """Write the map as JSON (NaN / inf become null), creating the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    full = {**the_map, "figures": the_map.get("figures") or figures(the_map)}
-    path.write_text(json.dumps(_finite_or_null(to_jsonable(full)), indent=1, allow_nan=False))
-    return path
+    return write_strict_json({**the_map, "figures": the_map.get("figures") or figures(the_map)}, path)
 
 
 def load_map(path: str | Path) -> dict[str, Any]:

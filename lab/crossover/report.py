@@ -9,10 +9,14 @@ intervals overlap, :mod:`.reference`); and the predicted crossover within one ru
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from pathlib import Path
 from typing import Any
 
 from lab.crossover.mapping import agreement
+from lab.result import to_jsonable
 
 GOAL_WORKLOAD = "mlp"
 TARGETS = {("bf16", "train_step"): 1.8, ("dynamic_int8", "inference"): 2.5}
@@ -141,3 +145,23 @@ def markdown_table(the_map: dict[str, Any]) -> str:
             lines.append(f"| {r['technique']} | {r['axis'].replace('_', ' ')} | {lab} | {plain} | {agree} "
                          f"| {target} |")
     return "\n".join(lines)
+
+
+def _finite_or_null(obj: Any) -> Any:
+    # Standard JSON has no NaN / Infinity, and the readers (lab doctor, a browser) are not Python.
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite_or_null(v) for v in obj]
+    return obj
+
+
+def write_strict_json(obj: Any, path: str | Path) -> Path:
+    """Write ``obj`` as standard JSON (NaN / inf become null), creating the folder: the map and the threads
+    study both go through here."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_finite_or_null(to_jsonable(obj)), indent=1, allow_nan=False))
+    return path

@@ -11,7 +11,6 @@ Used by ``python -m lab crossover --threads-study`` and ``benchmarks/crossover_t
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from typing import Any
 
 from lab.config import RunConfig
 from lab.crossover.mapping import build_map
+from lab.crossover.report import write_strict_json
 from lab.crossover.threads import (
     FULL_LADDER,
     FULL_MAP_RUNGS,
@@ -36,7 +36,6 @@ from lab.crossover.threads import (
     workers_along_ladder,
 )
 from lab.measure import environment_stamp
-from lab.result import to_jsonable
 from lab.workloads import get_workload
 
 
@@ -132,22 +131,9 @@ def study_figures(study: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def write_study(study: dict[str, Any], path: str | Path) -> Path:
     """Write the study as strict JSON (NaN / inf become null), creating the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(to_jsonable(study)), indent=1, allow_nan=False))
-    return path
+    return write_strict_json(study, path)
 
 
 def summary_lines(study: dict[str, Any]) -> list[str]:
