@@ -388,3 +388,68 @@ def test_auto_is_predicted_as_the_precision_its_probe_would_pick() -> None:
     assert "pick bf16" in auto.reason
     flat = predict_auto("amp_auto", [dataclasses.replace(bf16, speedup=1.02, hi=1.10), fp16])
     assert flat.speedup == 1.0 and "keep fp32" in flat.reason
+
+
+# --------------------------------------------------------------- the model's own precision and loader costs
+
+class _SeenDtypes(nn.Module):
+    seen: list[torch.dtype] = []  # class-level: the rate measures deep copies of the model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _SeenDtypes.seen.append(x.dtype)
+        return x
+
+
+def test_the_models_precision_rate_runs_both_arms_through_the_policy_and_leaves_the_model_alone():
+    from lab.doctor import model_precision_rates
+
+    _SeenDtypes.seen = []
+    model = nn.Sequential(nn.Linear(16, 32), _SeenDtypes(), nn.ReLU(), nn.Linear(32, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x, y = torch.randn(8, 16), torch.randint(0, 2, (8,))
+    rates = model_precision_rates(model, (x,), y, nn.functional.cross_entropy, ["bf16"])
+    assert set(rates) == {"bf16"} and "this model's forward + backward" in rates["bf16"].source
+    assert rates["bf16"].lo <= rates["bf16"].value <= rates["bf16"].hi
+    assert {torch.float32, torch.bfloat16} <= set(_SeenDtypes.seen)  # the fp32 arm and the autocast arm both ran
+    assert "forward" not in model[1].__dict__ and all(model.state_dict()[k].equal(v) for k, v in before.items())
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_models_own_precision_rate_wins_and_covers_forward_and_backward_only():
+    r = dataclasses.replace(RATES, model_precision={"bf16": Rate(0.5, 0.4, 0.6, "measured here: model")},
+                            crossover={("bf16", "train_step"): Rate(1.2, 1.1, 1.3, "crossover map")})
+    b = _bd(matmul=0.3, elementwise=0.3, optimizer=0.3, data_wait=0.1)  # forward + backward: 60 %
+    p = predict_technique("bf16", TECHNIQUES["bf16"].overrides, TECHNIQUES["bf16"].axes, b, None, r)
+    assert p.speedup == pytest.approx(1 / (0.4 + 0.6 / 0.5))
+    assert p.lo < p.speedup < p.hi < 1 and "this model's forward + backward under bf16" in p.reason
+    assert "outweighs" in p.reason
+
+
+class _SleepyLoader:
+    """Three batches, each read costs a sleep (the GIL is released, as on a slow disk)."""
+
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s = sleep_s
+
+    def __iter__(self):
+        import time as _t
+
+        for _ in range(3):
+            _t.sleep(self.sleep_s)
+            yield (torch.randn(4, 16), torch.randint(0, 2, (4,)))
+
+
+def test_loader_extra_ms_holds_at_least_the_read_it_cannot_hide_and_predicts_from_it():
+    from lab.doctor import loader_extra_ms
+
+    model = nn.Sequential(nn.Linear(16, 2))
+    x, y = torch.randn(4, 16), torch.randint(0, 2, (4,))
+    extra = loader_extra_ms(model, (x,), y, nn.functional.cross_entropy, _SleepyLoader(0.004), "sleepy test loader")
+    # a plain loader hides nothing: each batch costs at least its 4 ms sleep (a lower bound, not a speed claim)
+    assert extra.value >= 3.0 and extra.lo <= extra.value <= extra.hi and "sleepy" in extra.source
+    r = dataclasses.replace(RATES, thread_loader_ms=Rate(1.0, 0.5, 2.0, "measured here: test"))
+    b = _bd(step_ms=10.0, data_wait=0.4, matmul=0.5)
+    p = predict_technique("prefetch", TECHNIQUES["prefetch"].overrides, TECHNIQUES["prefetch"].axes, b, None, r)
+    assert p.speedup == pytest.approx(10 / (6 + 1.0))
+    assert p.lo == pytest.approx(10 / 8) and p.hi == pytest.approx(10 / 6.5)
+    assert "added 1.00 ms" in p.reason and "data wait 40 %" in p.reason

@@ -27,6 +27,7 @@ from lab.doctor import rates as rates_
 from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
+from lab.loop import to_device
 from lab.measure.profile import OP_CLASSES, Breakdown
 from lab.precision import capability, model_gate
 from lab.recipes import TECHNIQUES, Technique
@@ -94,7 +95,7 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
     out = Rates()
     with prepare(cfg) as ctx:
         model = ctx.new_model()
-        batch = next(iter(ctx.make_loader()))
+        batch = to_device(tuple(next(iter(ctx.make_loader()))), ctx.device)
         inputs = tuple(batch[:-1])
         out.batch_bytes = int(sum(t.numel() * t.element_size() for t in batch))
         shapes = rates_.dominant_layers(model, inputs)
@@ -102,6 +103,9 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
                          if t.overrides.get("precision.dtype") in ("bf16", "fp16")})
         if dtypes:
             out.precision = rates_.precision_rates(shapes, dtypes)
+            out.model_precision = rates_.model_precision_rates(
+                model, inputs, batch[-1], ctx.workload.loss, dtypes, device_type=ctx.device.type,
+                fp32_modules=cfg.precision.fp32_modules)
         if "fp16" in dtypes:
             out.grad_scaler = rates_.grad_scaler_rate(model, cfg.optimizer, ctx.resolved.lr)
         if wanted.get("compute.fused_optimizer"):
@@ -118,9 +122,22 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
             fast = ctx.workload.fast_kernels(copy.deepcopy(model))
             out.fast_kernels = rates_.model_fwd_bwd_rate(model, fast, inputs, "the workload's fast kernels vs its "
                                                          "default forward + backward on one batch")
+        if wanted.get("data.loader") == "thread":
+            out.thread_loader_ms = _thread_loader_ms(cfg, model, inputs, batch[-1], ctx.workload.loss)
         with torch.no_grad():
             out.tiny_op_us = rates_.tiny_op_us()
     return out
+
+
+def _thread_loader_ms(cfg: RunConfig, model: torch.nn.Module, inputs: tuple, target: torch.Tensor,
+                      loss_fn: Any) -> rates_.Rate | None:
+    """The thread prefetcher's extra ms per batch beside this model's forward + backward, through the
+    loader the technique's own run would build (its config, its data)."""
+    arm = cfg.with_overrides(**{"data.loader": "thread"})
+    with prepare(arm) as actx:
+        return rates_.loader_extra_ms(model, inputs, target, loss_fn, actx.make_loader(),
+                                      "a batch through the thread prefetcher beside this model's forward + "
+                                      "backward, vs the forward + backward alone")
 
 
 def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Technique], macs: float,

@@ -50,6 +50,8 @@ class Rates:
     """Everything the models read: per-(technique, class) rates, calibrated or from the map, and facts."""
 
     precision: dict[tuple[str, str], Rate] = field(default_factory=dict)  # (dtype, linear|conv|rnn)
+    model_precision: dict[str, Rate] = field(default_factory=dict)  # dtype -> this model's forward + backward
+    thread_loader_ms: Rate | None = None  # ms a thread-prefetched batch adds beside forward + backward (not a ratio)
     fused_optimizer: Rate | None = None
     grad_scaler: Rate | None = None  # fp16's GradScaler as a rate of the optimizer class (< 1: slower)
     dynamic_int8: Rate | None = None
@@ -105,7 +107,35 @@ def _split_matmul(b: Breakdown) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------- the models
 
+def _precision_from_model(name: str, dtype: str, b: Breakdown, r: Rates, rate: Rate) -> Prediction:
+    """The model's own forward + backward under ``dtype`` (:func:`lab.doctor.rates.model_precision_rates`)
+    applied to the classes forward + backward run; the optimizer keeps its fp32 update, plus fp16's
+    GradScaler work."""
+    shares = {c: b.share(c) for c in COMPUTE}
+    rates = dict.fromkeys(shares, rate)
+    if dtype == "fp16" and r.grad_scaler is not None and b.share("optimizer") > 0:
+        shares["optimizer"] = b.share("optimizer")
+        rates["optimizer"] = r.grad_scaler
+    s, lo, hi = amdahl(shares, rates)
+    fb = sum(b.share(c) for c in COMPUTE)
+    mm = sum(_split_matmul(b).values())
+    why = (f"forward + backward {_pct(fb)} of the step ({_pct(mm)} matmul / convolution / RNN); this model's "
+           f"forward + backward under {dtype} autocast ran {rate.value:.2f}x here ({rate.source})")
+    if rate.value < 1:
+        why += (": what it adds (casts around every low-precision op, low-precision elementwise ops, slow kernels "
+                    "for the dtype) outweighs what the matmuls save at this size")
+    if "optimizer" in rates:
+        why += f"; GradScaler makes the optimizer {1 / rates['optimizer'].value:.2f}x slower"
+    return Prediction(name, "train_step", s, lo, hi, f"{why} -> {dtype} predicted {_fmt(s, lo, hi)}",
+                      sorted({x.source for x in rates.values()}))
+
+
 def predict_precision(name: str, dtype: str, b: Breakdown, r: Rates) -> Prediction:
+    """Mixed precision per step. This model's own forward + backward rate wins when it was measured (it
+    sees every cast autocast adds); then the crossover map's rate, then the largest layer's, applied to the
+    matmul / convolution / RNN shares only."""
+    if dtype in r.model_precision:
+        return _precision_from_model(name, dtype, b, r, r.model_precision[dtype])
     parts = _split_matmul(b)
     cross = r.crossover.get((name, "train_step"))
     rates = {k: cross or r.precision.get((dtype, k), ONE) for k, v in parts.items() if v > 0}
@@ -253,6 +283,8 @@ def predict_loader(name: str, b: Breakdown, workers: int, r: Rates) -> Predictio
     wait = b.share("data_wait")
     compute = 1.0 - wait
     step_ms = max(b.step_ms, 1e-6)
+    if workers == 0 and r.thread_loader_ms is not None:
+        return _thread_measured(name, b, r.thread_loader_ms)
     if workers == 0:
         params = {"eff": Rate(0.9, 0.6, 1.0, "prior: overlap efficiency of a thread (the GIL)"),
                   "handoff": Rate(0.05 / step_ms, 0.02 / step_ms, 0.3 / step_ms, "prior: queue hand-off per batch"),
@@ -275,6 +307,25 @@ def predict_loader(name: str, b: Breakdown, workers: int, r: Rates) -> Predictio
             f"data wait only {_pct(wait)}: {kind} has little to hide and adds a hand-off per batch")
     return Prediction(name, "train_step", s, lo, hi, f"{lead}, predicted {_fmt(s, lo, hi)}",
                       sorted({x.source for x in params.values()}))
+
+
+def _thread_measured(name: str, b: Breakdown, extra: Rate) -> Prediction:
+    """The step without its data wait, plus what a thread-prefetched batch measured beside this model's
+    forward + backward (:func:`lab.doctor.rates.loader_extra_ms`): reading the reader cannot hide, the
+    hand-off and the GIL the two threads share."""
+    wait_ms = b.ms.get("data_wait", 0.0)
+    rest = max(b.step_ms - wait_ms, 1e-9)
+
+    def speed(extra_ms: float) -> float:
+        return b.step_ms / (rest + extra_ms)
+
+    s, lo, hi = speed(extra.value), speed(extra.hi), speed(extra.lo)
+    lead = (f"data wait {_pct(b.share('data_wait'))} of the step ({wait_ms:.2f} ms)" if b.share("data_wait") >= 0.1
+            else f"data wait only {_pct(b.share('data_wait'))} ({wait_ms:.2f} ms): little to hide")
+    return Prediction(name, "train_step", s, min(lo, s), max(hi, s),
+                      f"{lead}; a batch through a thread prefetcher added {extra.value:.2f} ms beside this model's "
+                      f"forward + backward ({extra.source}) -> predicted {_fmt(s, min(lo, s), max(hi, s))}",
+                      [extra.source])
 
 
 def predict_masks(name: str, amount: float) -> Prediction:
