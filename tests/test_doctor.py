@@ -452,4 +452,7 @@ def test_loader_extra_ms_holds_at_least_the_read_it_cannot_hide_and_predicts_fro
     p = predict_technique("prefetch", TECHNIQUES["prefetch"].overrides, TECHNIQUES["prefetch"].axes, b, None, r)
     assert p.speedup == pytest.approx(10 / (6 + 1.0))
     assert p.lo == pytest.approx(10 / 8) and p.hi == pytest.approx(10 / 6.5)
-    assert "added 1.00 ms" in p.reason and "data wait 40 %" in p.reason
+    assert "a thread prefetcher added 1.00 ms" in p.reason and "data wait 40 %" in p.reason
+    r = dataclasses.replace(RATES, worker_loader_ms={2: Rate(4.0, 3.0, 5.0, "measured here: test")})
+    w = predict_technique("workers2", TECHNIQUES["workers2"].overrides, TECHNIQUES["workers2"].axes, b, None, r)
+    assert w.speedup == pytest.approx(10 / (6 + 4.0)) and "2 loader worker processes added 4.00 ms" in w.reason

@@ -122,22 +122,33 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
             fast = ctx.workload.fast_kernels(copy.deepcopy(model))
             out.fast_kernels = rates_.model_fwd_bwd_rate(model, fast, inputs, "the workload's fast kernels vs its "
                                                          "default forward + backward on one batch")
-        if wanted.get("data.loader") == "thread":
-            out.thread_loader_ms = _thread_loader_ms(cfg, model, inputs, batch[-1], ctx.workload.loss)
+        for t in techniques:
+            loader = t.overrides.get("data.loader")
+            data = {k: v for k, v in t.overrides.items() if k.startswith("data.")}
+            if loader == "thread":
+                out.thread_loader_ms = _loader_ms(cfg, data, model, inputs, batch[-1], ctx.workload.loss,
+                                                  "a batch through the thread prefetcher")
+            elif loader == "dataloader" and int(data.get("data.num_workers", 0)) > 0:
+                n = int(data["data.num_workers"])
+                out.worker_loader_ms[n] = _loader_ms(cfg, data, model, inputs, batch[-1], ctx.workload.loss,
+                                                     f"a batch from a DataLoader with {n} worker processes")
         with torch.no_grad():
             out.tiny_op_us = rates_.tiny_op_us()
     return out
 
 
-def _thread_loader_ms(cfg: RunConfig, model: torch.nn.Module, inputs: tuple, target: torch.Tensor,
-                      loss_fn: Any) -> rates_.Rate | None:
-    """The thread prefetcher's extra ms per batch beside this model's forward + backward, through the
-    loader the technique's own run would build (its config, its data)."""
-    arm = cfg.with_overrides(**{"data.loader": "thread"})
-    with prepare(arm) as actx:
-        return rates_.loader_extra_ms(model, inputs, target, loss_fn, actx.make_loader(),
-                                      "a batch through the thread prefetcher beside this model's forward + "
-                                      "backward, vs the forward + backward alone")
+def _loader_ms(cfg: RunConfig, data: dict[str, Any], model: torch.nn.Module, inputs: tuple, target: torch.Tensor,
+               loss_fn: Any, what: str) -> rates_.Rate | None:
+    """A loader technique's extra ms per batch beside this model's forward + backward, through the loader
+    the technique's own run would build (its config, its data). ``None`` when that loader cannot run here
+    (the prediction then falls back to its priors and says so)."""
+    try:
+        with prepare(cfg.with_overrides(**data)) as actx:
+            return rates_.loader_extra_ms(model, inputs, target, loss_fn, actx.make_loader(),
+                                          f"{what} beside this model's forward + backward, vs the forward + "
+                                          "backward alone")
+    except Exception:  # noqa: BLE001 - e.g. no worker processes allowed here: priors, said in the reason
+        return None
 
 
 def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Technique], macs: float,

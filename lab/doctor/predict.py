@@ -52,6 +52,7 @@ class Rates:
     precision: dict[tuple[str, str], Rate] = field(default_factory=dict)  # (dtype, linear|conv|rnn)
     model_precision: dict[str, Rate] = field(default_factory=dict)  # dtype -> this model's forward + backward
     thread_loader_ms: Rate | None = None  # ms a thread-prefetched batch adds beside forward + backward (not a ratio)
+    worker_loader_ms: dict[int, Rate] = field(default_factory=dict)  # the same for N DataLoader worker processes
     fused_optimizer: Rate | None = None
     grad_scaler: Rate | None = None  # fp16's GradScaler as a rate of the optimizer class (< 1: slower)
     dynamic_int8: Rate | None = None
@@ -284,7 +285,9 @@ def predict_loader(name: str, b: Breakdown, workers: int, r: Rates) -> Predictio
     compute = 1.0 - wait
     step_ms = max(b.step_ms, 1e-6)
     if workers == 0 and r.thread_loader_ms is not None:
-        return _thread_measured(name, b, r.thread_loader_ms)
+        return _loader_measured(name, b, r.thread_loader_ms, "a thread prefetcher")
+    if workers > 0 and r.worker_loader_ms.get(workers) is not None:
+        return _loader_measured(name, b, r.worker_loader_ms[workers], f"{workers} loader worker processes")
     if workers == 0:
         params = {"eff": Rate(0.9, 0.6, 1.0, "prior: overlap efficiency of a thread (the GIL)"),
                   "handoff": Rate(0.05 / step_ms, 0.02 / step_ms, 0.3 / step_ms, "prior: queue hand-off per batch"),
@@ -309,10 +312,10 @@ def predict_loader(name: str, b: Breakdown, workers: int, r: Rates) -> Predictio
                       sorted({x.source for x in params.values()}))
 
 
-def _thread_measured(name: str, b: Breakdown, extra: Rate) -> Prediction:
-    """The step without its data wait, plus what a thread-prefetched batch measured beside this model's
-    forward + backward (:func:`lab.doctor.rates.loader_extra_ms`): reading the reader cannot hide, the
-    hand-off and the GIL the two threads share."""
+def _loader_measured(name: str, b: Breakdown, extra: Rate, kind: str) -> Prediction:
+    """The step without its data wait, plus what one batch from the technique's loader measured beside this
+    model's forward + backward (:func:`lab.doctor.rates.loader_extra_ms`): the reading it cannot hide, the
+    hand-off, and for a thread the GIL the two threads share, for worker processes the cores they take."""
     wait_ms = b.ms.get("data_wait", 0.0)
     rest = max(b.step_ms - wait_ms, 1e-9)
 
@@ -323,7 +326,7 @@ def _thread_measured(name: str, b: Breakdown, extra: Rate) -> Prediction:
     lead = (f"data wait {_pct(b.share('data_wait'))} of the step ({wait_ms:.2f} ms)" if b.share("data_wait") >= 0.1
             else f"data wait only {_pct(b.share('data_wait'))} ({wait_ms:.2f} ms): little to hide")
     return Prediction(name, "train_step", s, min(lo, s), max(hi, s),
-                      f"{lead}; a batch through a thread prefetcher added {extra.value:.2f} ms beside this model's "
+                      f"{lead}; a batch from {kind} added {extra.value:.2f} ms beside this model's "
                       f"forward + backward ({extra.source}) -> predicted {_fmt(s, min(lo, s), max(hi, s))}",
                       [extra.source])
 
