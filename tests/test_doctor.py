@@ -329,12 +329,27 @@ def fixed_compile_cost(monkeypatch):
     monkeypatch.setattr(diagnosis, "compile_cost", lambda shape: COMPILE)
 
 
-def test_a_slow_data_source_gets_a_loader_first(toy_workload, fixed_compile_cost):
-    cfg = RunConfig(workload="toy", size="tiny", threads=1, latency_repeats=2, epochs=1,
-                    data=DataConfig(loader="naive", storage="object_store"))
+def _slow_io_model(spec: SizeSpec) -> nn.Module:
+    return nn.Sequential(nn.Linear(4, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 2))
+
+
+#: Compute of the same order as the read: ~1 M multiply-accumulates per sample at batch 128 (~25 ms forward +
+#: backward + SGD here) beside object_store's 20 ms per batch. A read ten times longer than the compute (the toy
+#: on object_store) is not a planted loader case: a prefetch thread hides only as much reading as there is
+#: compute beside it, and that is what the doctor measures and predicts (~1.02x there).
+SLOW_IO = Workload(name="slow_io", description="a 1 M-MAC MLP whose batches come from emulated network storage",
+                   sizes=SizeSpec(n_train=512, n_test=64, batch_size=32, epochs=1, lr=1e-3), make_data=_tiny_data,
+                   make_model=_slow_io_model, loss=nn.functional.cross_entropy, metric_name="accuracy",
+                   evaluate=lambda out, y: {"accuracy": (out.argmax(1) == y).float().mean().item()})
+
+
+def test_a_slow_data_source_gets_a_loader_first(fixed_compile_cost):
+    register_workload(SLOW_IO, overwrite=True)
+    cfg = RunConfig(workload="slow_io", size="tiny", threads=1, latency_repeats=2, epochs=1, optimizer="sgd",
+                    batch_size=128, data=DataConfig(loader="naive", storage="object_store"))
     d = diagnose(cfg, techniques=TRAIN_TECHS)
-    assert d.train.share("data_wait") > 0.5
-    assert d.top().technique in ("prefetch", "workers2")
+    assert d.train.share("data_wait") > 0.2
+    assert d.top().technique in ("prefetch", "workers2"), [(p.technique, p.speedup) for p in d.predictions]
     assert sum(d.train.ms.values()) == pytest.approx(d.train.step_ms, rel=1e-6)
     assert "data wait" in format_diagnosis(d)
 

@@ -1,22 +1,29 @@
 """lab doctor: profile one model, predict which technique pays on this machine, then check the prediction.
 
-:mod:`.rates` gathers this machine's per-class rates (the crossover map of its hardware id, or
-micro-benchmarks at the model's own shapes); :mod:`.compile_rate` measures what ``torch.compile`` saves per
-op and costs per call; :mod:`.predict` turns a breakdown (:mod:`lab.measure.profile`) and rates into
-predicted speedups with intervals (Amdahl over op classes; an overlap model for loaders); :mod:`.data_parallel`
-says what W ranks would buy and the share comm takes; :mod:`.diagnosis` runs the profiled baseline and ranks
-the prescription; :mod:`.verification` measures the top predictions with an interleaved ablation and keeps
-predicted vs measured per hardware id. ``python -m lab doctor --workload ctr --size small --verify 3``;
-taught in ``notebooks/08_doctor.ipynb``.
+- :mod:`.rates`: this machine's per-class rates (the crossover map of its hardware id, or micro-benchmarks
+  at the model's own shapes).
+- :mod:`.model_rates`: the model's own forward + backward timed with and without mixed precision or a loader.
+- :mod:`.compile_rate`: what ``torch.compile`` saves per op and costs per call.
+- :mod:`.predict` (over :mod:`.amdahl`): a breakdown (:mod:`lab.measure.profile`) and rates become predicted
+  speedups with intervals (Amdahl over op classes; a measured hand-off for loaders).
+- :mod:`.data_parallel`: what W ranks would buy and the share comm takes.
+- :mod:`.diagnosis`: the profiled baseline and the ranked prescription.
+- :mod:`.verification`: the top predictions measured by an interleaved ablation, predicted vs measured kept
+  per hardware id.
+
+``python -m lab doctor --workload ctr --size small --verify 3``; taught in ``notebooks/08_doctor.ipynb``.
 """
 
-from lab.doctor import compile_rate, data_parallel, diagnosis, predict, rates, verification
+from lab.doctor import amdahl as _amdahl  # the module; its function of the same name is exported below
+from lab.doctor import compile_rate, data_parallel, diagnosis, model_rates, predict, rates, verification
+from lab.doctor.amdahl import *  # noqa: F403
 from lab.doctor.compile_rate import *  # noqa: F403 - the names in its __all__
 from lab.doctor.data_parallel import *  # noqa: F403
 from lab.doctor.diagnosis import *  # noqa: F403
+from lab.doctor.model_rates import *  # noqa: F403
 from lab.doctor.predict import *  # noqa: F403
 from lab.doctor.rates import *  # noqa: F403
 from lab.doctor.verification import *  # noqa: F403
 
-__all__ = [*compile_rate.__all__, *data_parallel.__all__, *diagnosis.__all__, *predict.__all__, *rates.__all__,
-           *verification.__all__]
+__all__ = sorted({*_amdahl.__all__, *compile_rate.__all__, *data_parallel.__all__, *diagnosis.__all__,
+                  *model_rates.__all__, *predict.__all__, *rates.__all__, *verification.__all__})

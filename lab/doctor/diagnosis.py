@@ -23,6 +23,7 @@ import torch
 
 from lab.config import RunConfig
 from lab.context import prepare, resolve, resolve_device
+from lab.doctor import model_rates
 from lab.doctor import rates as rates_
 from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
@@ -103,7 +104,7 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
                          if t.overrides.get("precision.dtype") in ("bf16", "fp16")})
         if dtypes:
             out.precision = rates_.precision_rates(shapes, dtypes)
-            out.model_precision = rates_.model_precision_rates(
+            out.model_precision = model_rates.model_precision_rates(
                 model, inputs, batch[-1], ctx.workload.loss, dtypes, device_type=ctx.device.type,
                 fp32_modules=cfg.precision.fp32_modules)
         if "fp16" in dtypes:
@@ -144,7 +145,7 @@ def _loader_ms(cfg: RunConfig, data: dict[str, Any], model: torch.nn.Module, inp
     (the prediction then falls back to its priors and says so)."""
     try:
         with prepare(cfg.with_overrides(**data)) as actx:
-            return rates_.loader_extra_ms(model, inputs, target, loss_fn, actx.make_loader(),
+            return model_rates.loader_extra_ms(model, inputs, target, loss_fn, actx.make_loader(),
                                           f"{what} beside this model's forward + backward, vs the forward + "
                                           "backward alone")
     except Exception:  # noqa: BLE001 - e.g. no worker processes allowed here: priors, said in the reason
