@@ -146,8 +146,8 @@ def _loader_ms(cfg: RunConfig, data: dict[str, Any], model: torch.nn.Module, inp
     try:
         with prepare(cfg.with_overrides(**data)) as actx:
             return model_rates.loader_extra_ms(model, inputs, target, loss_fn, actx.make_loader(),
-                                          f"{what} beside this model's forward + backward, vs the forward + "
-                                          "backward alone")
+                                               f"{what} beside this model's forward + backward, vs the "
+                                               "forward + backward alone")
     except Exception:  # noqa: BLE001 - e.g. no worker processes allowed here: priors, said in the reason
         return None
 

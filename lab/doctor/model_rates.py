@@ -66,8 +66,8 @@ def model_precision_rates(model: nn.Module, inputs: Sequence[torch.Tensor], targ
 
 
 def _cycle(loader: Any) -> Callable[[], Any]:
-    """``next`` over ``loader`` that starts a new pass at the end (a pass's generator is closed first, so a
-    prefetcher's thread stops)."""
+    """``next`` over ``loader`` that starts a new pass at the end; ``.close()`` closes the pass in flight, so
+    a prefetcher's thread stops when the timing stops mid-pass."""
     state: dict[str, Any] = {"it": iter(loader)}
 
     def nxt() -> Any:
