@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.lab-installed
 PORT   ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-fast dashboard lab bench bench-quick bench-gpu quality clean
+.PHONY: venv test test-avx2 test-fast dashboard lab bench bench-quick bench-gpu quality clean
 
 venv: $(STAMP)
 
@@ -16,9 +16,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The whole suite: unit tests, then the notebooks under nbval (tiny sizes via LAB_FAST=1).
+# The whole suite: unit tests, then the notebooks under nbval (tiny sizes via LAB_FAST=1); then the tests whose
+# expectation depends on the CPU once more as an AVX2-only machine sees them (test-avx2).
 test: venv
 	LAB_FAST=1 $(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-avx2
+
+# The `capability` tests (tests/conftest.py) with ATen's and oneDNN's kernels capped at AVX2: no AVX-512, VNNI,
+# AMX, native bf16 / fp16, whatever this CPU has (lab/measure/cpu.py says what the cap cannot emulate).
+test-avx2: venv
+	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 LAB_FAST=1 $(PY) -m pytest tests -m capability $(PYTEST_ARGS)
 
 test-fast: venv
 	$(PY) -m pytest -x -q -m "not slow" $(PYTEST_ARGS)

@@ -39,7 +39,9 @@ from lab.ablation import (
 )
 from lab.bench import ANCHORS
 from lab.config import SIZES, DataConfig
+from lab.crossover.report import cross_hardware_table, load_maps
 from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project_band, trust
+from lab.measure import environment_stamp, other_machine_note
 from lab.plots import speedup_vs_accuracy
 from lab.plots.data import phase_bars, wait_timeline
 from lab.plots.distributed import scaling_curves
@@ -301,6 +303,10 @@ with tab_report:
                     "95 % CIs against the project's goals; the anchors are other people's figures on other hardware.")
         report_rows = report_frame(reports)
         hw_ids = list(dict.fromkeys(report_rows["hardware"]))
+        this_hw = environment_stamp()["hardware_id"]
+        if this_hw not in hw_ids:
+            st.warning(other_machine_note(", ".join(hw_ids), "The reports below",
+                                          "make bench-quick (about 10 minutes)"))
         families = ordered_families(report_rows["family"])
         rc1, rc2 = st.columns(2)
         chosen_hw = rc1.multiselect("Hardware", hw_ids, default=hw_ids, key="report_hw")
@@ -317,6 +323,8 @@ with tab_report:
             st.dataframe(table, key="report_table", hide_index=True, width="stretch",
                          height=_views.table_height(len(table)),
                          column_config={"measured": st.column_config.NumberColumn(format="%.3g")})
+            with st.expander("Techniques across machines (each machine's own crossover map)"):
+                st.markdown(cross_hardware_table(load_maps(bench_root)))
             with st.expander("Anchors: the published figures each family is compared with"):
                 for fam in ordered_families(view["family"]):
                     anchor = ANCHORS.get(fam)

@@ -21,7 +21,7 @@ from typing import Any
 import streamlit as st
 
 from lab.crossover import build_map, check_schema, load_study, place, place_workload
-from lab.measure import environment_stamp
+from lab.measure import environment_stamp, other_machine_note
 from lab.plots.scale import crossover_figure, reference_figure, regime_figure
 from lab.plots.scale_threads import technique_threads_figure, thread_scaling_figure, workers_ladder_figure
 from lab.workloads import list_workloads
@@ -94,6 +94,10 @@ def _render_threads() -> None:
         st.error(f"{path}: not a threads study ({exc})")
         return
     comp, lad = study["comparison"], study["ladder"]
+    note = other_machine_note(study.get("env", {}).get("hardware_id"), "This study's figures",
+                              "python -m lab crossover --threads-study --quick")
+    if note:
+        st.warning(note)
     st.caption(f"study: `{path}` ({'quick' if study.get('quick') else 'full'} settings, "
                f"{study.get('env', {}).get('device_name')}, {study.get('cores')} cores; a shared machine)")
     st.markdown("\n".join(f"- {line.strip()}" for line in comp["headline"]))
@@ -115,7 +119,7 @@ def _render_threads() -> None:
 
 def _render_map() -> dict[str, Any] | None:
     st.header(TITLE)
-    st.caption("Speedup of each technique against model size, measured on this machine: one training step and "
+    st.caption("Speedup of each technique against model size, measured per machine: one training step and "
                "one inference call per rung of each workload's size ladder, arms interleaved, bootstrap 95 % CI. "
                "A star marks the measured crossover (the smallest rung whose CI lower bound is above 1).")
     path = find_map()
@@ -133,8 +137,12 @@ def _render_map() -> dict[str, Any] | None:
         except (OSError, ValueError) as exc:
             st.error(f"{path}: not a crossover map ({exc})")
             return None
+        note = other_machine_note(the_map["env"].get("hardware_id"), "This map's figures")
+        if note:
+            st.warning(note)
         st.caption(f"map: `{path}` ({'quick' if the_map.get('quick') else 'full'} settings, "
-                   f"{the_map['env'].get('device_name')}, threads {the_map.get('threads', 1)}; a shared machine)")
+                   f"**{the_map['env'].get('hardware_id')}**: {the_map['env'].get('device_name')}, "
+                   f"threads {the_map.get('threads', 1)}; a shared machine)")
     workloads = list(dict.fromkeys(r["workload"] for r in the_map["rows"]))
     c1, c2, c3 = st.columns(3)
     workload = c1.selectbox("workload", workloads, key="scale_workload")

@@ -1,4 +1,4 @@
-"""Command line: ``python -m lab run | runs | export | ablate | bench | crossover | doctor``.
+"""Command line: ``python -m lab run | runs | export | ablate | bench | crossover | doctor | machine``.
 
 The ``run`` flags mirror :class:`lab.config.RunConfig`: a top-level field ``batch_size`` is
 ``--batch-size``, a family field ``data.num_workers`` is ``--data-num-workers``, and the common ones have
@@ -22,6 +22,7 @@ from typing import Any
 from lab.config import FAMILIES, SIZES, RunConfig
 from lab.config.flags import add_config_fields
 from lab.distributed.launch import RankFailure
+from lab.measure import machine
 from lab.recipes import RECIPES, TECHNIQUES
 
 ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
@@ -101,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     cross.add_argument("--json", metavar="PATH", help="write the map here")
     cross.add_argument("--threads-study", action="store_true", help="the map at 1 thread vs all cores, and loader "
                        "workers vs compute threads along the vision ladder (lab.crossover.threads)")
+    machine.add_cli_arguments(sub.add_parser("machine", help="this machine's card: ISA, caches, measured GEMM / "
+                                             "memory peaks (cached; lab.measure.machine)"))
     return parser
 
 
@@ -358,7 +361,7 @@ def _cmd_crossover(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _cmd_run, "runs": _cmd_runs, "export": _cmd_export, "ablate": _cmd_ablate, "bench": _cmd_bench,
-            "doctor": _cmd_doctor, "crossover": _cmd_crossover}
+            "doctor": _cmd_doctor, "crossover": _cmd_crossover, "machine": machine.cli}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,43 @@ import sys
 import pytest
 from toy_workload import TOY
 
+from lab.measure import CpuCapabilities, cpu_capabilities
 from lab.workloads import Workload, register_workload
+
+#: One marker per CPU capability (DESIGN.md section 5, rule 12). ``@pytest.mark.native_bf16`` runs a test only
+#: where the kernels have native bf16, ``@pytest.mark.native_bf16(False)`` only where they do not; elsewhere it
+#: is skipped with the instructions that decide it. Every test that carries one, or asks for the ``cpu_caps``
+#: fixture (one test checking both sides), is also marked ``capability``: ``make test`` runs those again with
+#: the kernels capped at AVX2 (``make test-avx2``), so an AMX box sees what an AVX2 user sees.
+CAPABILITY_MARKERS = ("native_bf16", "native_fp16", "int8_vnni", "amx")
+_NEEDS = {"native_bf16": "bf16", "native_fp16": "fp16", "int8_vnni": "int8_vnni", "amx": "amx"}
+
+
+def pytest_configure(config) -> None:
+    for name in CAPABILITY_MARKERS:
+        config.addinivalue_line("markers", f"{name}(present=True): runs only where the CPU's kernels have (or, "
+                                           f"with False, lack) {name}; skipped with the reason elsewhere")
+    config.addinivalue_line("markers", "capability: the expectation depends on the CPU (rerun by make test-avx2)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    caps = cpu_capabilities()
+    for item in items:
+        marks = [m for name in CAPABILITY_MARKERS for m in item.iter_markers(name)]
+        if marks or "cpu_caps" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.capability)
+        for mark in marks:
+            want = mark.args[0] if mark.args else True
+            have = getattr(caps, mark.name)
+            if have != want:
+                why = caps.missing(_NEEDS[mark.name]) if want else f"this CPU's kernels have {mark.name}"
+                item.add_marker(pytest.mark.skip(reason=f"needs {'' if want else 'no '}{mark.name}: {why}"))
+
+
+@pytest.fixture(scope="session")
+def cpu_caps() -> CpuCapabilities:
+    """What this CPU's kernels can do (the ISA caps applied): for a test that asserts the side it is on."""
+    return cpu_capabilities()
 
 
 @pytest.fixture(scope="session")

@@ -383,6 +383,8 @@ def test_cli_doctor_bad_input_is_one_line_and_exit_2(toy_workload, capsys, argv)
     assert err.startswith("lab: error:") and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.native_fp16
+@pytest.mark.native_bf16
 def test_the_doctor_neither_prescribes_nor_verifies_fp16_on_convolutions_on_cpu() -> None:
     from lab.doctor.diagnosis import gate
     from lab.recipes import TECHNIQUES as RECIPE_TECHNIQUES
@@ -391,6 +393,18 @@ def test_the_doctor_neither_prescribes_nor_verifies_fp16_on_convolutions_on_cpu(
     assert "fp16 convolution backward" in gate(RECIPE_TECHNIQUES["fp16"], vision)
     assert gate(RECIPE_TECHNIQUES["bf16"], vision) is None  # bf16 has fast conv kernels
     assert gate(RECIPE_TECHNIQUES["fp16"], RunConfig(workload="mlp", size="tiny", device="cpu")) is None
+
+
+@pytest.mark.native_bf16(False)
+def test_without_native_low_precision_the_doctor_names_the_missing_instructions() -> None:
+    """The other side: on an AVX2-only CPU neither precision is predicted, and the reason names the flags that
+    would make it native (not a model property such as fp16 convolutions)."""
+    from lab.doctor.diagnosis import gate
+    from lab.recipes import TECHNIQUES as RECIPE_TECHNIQUES
+
+    for dtype, flag in (("bf16", "avx512_bf16"), ("fp16", "avx512_fp16")):
+        why = gate(RECIPE_TECHNIQUES[dtype], RunConfig(workload="vision", size="tiny", device="cpu"))
+        assert why.startswith(f"capability gate: no native {dtype} on this CPU") and flag in why
 
 
 def test_auto_is_predicted_as_the_precision_its_probe_would_pick() -> None:

@@ -15,6 +15,7 @@ from lab import precision
 from lab.config import PrecisionConfig, RunConfig
 from lab.data import make_loader
 from lab.loop import fit
+from lab.measure import NATIVE as NATIVE_FLAGS
 from lab.precision import (
     BackwardInAutocastWarning,
     Capability,
@@ -205,6 +206,17 @@ def test_backward_inside_autocast_is_detected_seed_004():
 
 
 # ----------------------------------------------------------------------------- gate and auto
+
+def test_the_gate_reads_what_the_kernels_may_use_here(cpu_caps):
+    """The machine's own side: the gate agrees with the effective flags (under ``make test-avx2`` an AMX box is
+    gated as AVX2, and the reason says which cap hides the instructions the hardware has)."""
+    for dtype in ("bf16", "fp16"):
+        cap = capability(dtype, "cpu")
+        assert cap.native == getattr(cpu_caps, f"native_{dtype}")
+        if not cap.native:
+            assert cap.why_tag() == f"no native {dtype} on this CPU" and "emulated" in cap.reason
+            assert ("hidden by" in cap.reason) == any(f in cpu_caps.hardware_flags for f in NATIVE_FLAGS[dtype])
+
 
 def test_capability_reads_flags_and_tags_emulation():
     no = capability("bf16", "cpu", flags=frozenset({"avx2", "fma"}))

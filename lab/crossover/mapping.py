@@ -30,7 +30,7 @@ from lab.crossover.fit import (
 )
 from lab.crossover.measure import SLOW_MARK, ProgressFn, make_bench, measure_rung
 from lab.crossover.reference import compare as compare_with_plain
-from lab.measure import environment_stamp
+from lab.measure import card_summary, environment_stamp, limit_sentence, load_card
 from lab.workloads import SCALE_NAMES, get_workload
 
 ROW_KEYS = ("workload", "rung", "params", "macs_per_sample", "technique", "axis", "speedup", "ci_lo", "ci_hi",
@@ -86,6 +86,20 @@ def map_batch(name: str, quick: bool) -> int:
     return max(8, get_workload(name).size("small").batch_size // (QUICK_BATCH_DIVISOR if quick else 2))
 
 
+def cite_machine_card(the_map: dict[str, Any]) -> None:
+    """Set each low-precision / int8 row against this machine's card (``lab machine``): its ``why`` ends with
+    what the GEMM peaks allow ("bf16 GEMM peak here is 0.06x fp32 ...: bf16 cannot pay on this machine"), and
+    the map keeps the card's summary. Only a cached card is read (never measured here); none: nothing cited."""
+    card = load_card()
+    if card is None:
+        return
+    the_map["machine_card"] = card_summary()
+    for row in the_map["rows"]:
+        limit = limit_sentence(card, row["technique"])
+        if limit:
+            row["why"] = f"{row['why']}; card: {limit}" if row.get("why") else f"card: {limit}"
+
+
 def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: bool = False, threads: int = 1,
               repeats: int | None = None, rungs: dict[str, Sequence[str]] | None = None,
               batch_size: dict[str, int] | None = None, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -119,6 +133,7 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
         reference = _plain_reference(workloads, rungs, quick, batch_size, repeats, progress)
     out = analyse(rows, facts)
     out["reference"] = reference
+    cite_machine_card(out)
     out.update({"env": env, "benchmark": "crossover", "quick": quick, "threads": threads,
                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "wall_s": round(time.monotonic() - t0, 1)})

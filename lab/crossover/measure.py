@@ -105,7 +105,8 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
             continue
         if ms > SLOW_FACTOR * base_ms and ms - base_ms > SLOW_MIN_EXTRA_MS:
             errors[name] = (f"x{ms / base_ms:.0f} {SLOW_MARK} ({ms:.0f} ms vs {base_ms:.3g} ms): a layer without a "
-                            f"fast {name} kernel on this machine runs a reference path; not timed further")
+                            f"fast {name} kernel on this machine runs a reference path; not timed further"
+                            + (f"; {bench.notes[name]}" if name in bench.notes else ""))
             del arms[name]
     t_time = time.monotonic()
     if budget_s is not None:

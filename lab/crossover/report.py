@@ -147,6 +147,68 @@ def markdown_table(the_map: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _common_top_rungs(maps: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """Per workload: the largest rung every map measured (the machines compared at the same model)."""
+    order = ("xs", "s", "m", "l", "xl")
+    common: dict[str, set[str]] | None = None
+    for _, m in maps:
+        have: dict[str, set[str]] = {}
+        for r in m["rows"]:
+            have.setdefault(r["workload"], set()).add(r["rung"])
+        common = have if common is None else {w: common[w] & have[w] for w in common.keys() & have.keys()}
+    return {w: max(rungs, key=lambda r: order.index(r) if r in order else -1)
+            for w, rungs in (common or {}).items() if rungs}
+
+
+def load_maps(results_root: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(hardware id, map)`` for every ``results_root/<hardware-id>/crossover.json`` (the id the map was
+    stamped with, the folder's name when it has none); unreadable files are left out."""
+    out = []
+    for path in sorted(Path(results_root).glob("*/crossover.json")):
+        try:
+            the_map = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(the_map, dict) and "rows" in the_map:
+            out.append(((the_map.get("env") or {}).get("hardware_id") or path.parent.name, the_map))
+    return out
+
+
+def cross_hardware_table(maps: list[tuple[str, dict[str, Any]]]) -> str:
+    """Technique x machine: per technique x axis and machine, the speedup at each workload's largest rung that
+    every machine measured (the same model and batch), as the median over workloads with its range, and how
+    many of them pay (CI above 1). ``maps``: (hardware id, crossover map) pairs, each labelled with its own id
+    and whether it was a quick map; a technique a machine did not measure reads "—"."""
+    if not maps:
+        return "_No crossover map yet: run `python -m lab crossover --quick` (about 2-3 minutes)._"
+    top = _common_top_rungs(maps)
+    keys = dict.fromkeys((r["technique"], r["axis"]) for _, m in maps for r in m["rows"])
+    order = {a: i for i, a in enumerate(("train_step", "inference"))}
+    head = ["technique", "axis", *[f"{hw} ({'quick' if m.get('quick') else 'full'} map)" for hw, m in maps]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for tech, axis in sorted(keys, key=lambda k: (order.get(k[1], 9), k[0])):
+        cells = []
+        for _, m in maps:
+            got = [r for r in m["rows"] if (r["technique"], r["axis"]) == (tech, axis) and r["speedup"] is not None
+                   and top.get(r["workload"]) == r["rung"]]
+            if not got:
+                here = [r for r in m["rows"] if (r["technique"], r["axis"]) == (tech, axis)
+                        and top.get(r["workload"]) == r["rung"]]
+                slow = sum(1 for r in here if "slower than fp32 on a single call" in (r.get("why") or ""))
+                cells.append(f"> 8× slower on {slow} of {len(here)}: not timed" if slow else "not in this map")
+                continue
+            vals = sorted(r["speedup"] for r in got)
+            mid = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+            pays = sum(1 for r in got if r["ci_lo"] is not None and r["ci_lo"] > 1)
+            cells.append(f"{mid:.2f}× ({vals[0]:.2f}–{vals[-1]:.2f}); pays on {pays} of {len(got)}")
+        lines.append(f"| {tech} | {axis.replace('_', ' ')} | " + " | ".join(cells) + " |")
+    rungs = ", ".join(f"{w} {r}" for w, r in sorted(top.items()))
+    lines += ["", f"Median speedup over the workloads at the largest rung every machine measured ({rungs}), "
+                  "its range, and on how many of them the 95 % CI is above 1. Each column is that machine's own "
+                  "map (1 thread); a quick map has fewer techniques and rounds."]
+    return "\n".join(lines)
+
+
 def _finite_or_null(obj: Any) -> Any:
     # Standard JSON has no NaN / Infinity, and the readers (lab doctor, a browser) are not Python.
     if isinstance(obj, float):

@@ -29,6 +29,7 @@ from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
 from lab.loop import to_device
+from lab.measure import limit_sentence, limit_sentences, load_card
 from lab.measure.profile import OP_CLASSES, Breakdown
 from lab.precision import capability, model_gate
 from lab.recipes import TECHNIQUES, Technique
@@ -82,7 +83,7 @@ def gate(tech: Technique, cfg: RunConfig) -> str | None:
     if dtype in ("bf16", "fp16"):
         cap = capability(dtype, resolve_device(cfg.device).type)
         if not cap.native:
-            return f"capability gate: {cap.why_tag()} (emulated: slower, not predicted)"
+            return f"capability gate: {cap.why_tag()} ({cap.reason}: slower, not predicted)"
         r = resolve(arm)  # the run's own model gate (fp16 convolutions on CPU): neither prescribed nor verified
         refused = model_gate(r.workload.make_model(r.spec), dtype, r.device.type, arm.precision.fp32_modules)
         if refused:
@@ -209,13 +210,42 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
             skipped[t.name] = "no prediction model for what it changes"
         else:
             preds.append(p)
-    advice = [larger_batch_advice(train)[1]]
+    advice = [larger_batch_advice(train)[1], cite_machine_card(preds, skipped, allowed, result.hardware_id)]
     ddp = data_parallel_advice(cfg, result, train)
     advice.append(ddp.reason if ddp is not None else "data-parallel not predicted: no all-reduce link calibrated "
                   f"for {result.hardware_id} (python benchmarks/distributed.py calibrates one)")
     return Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
                      predictions=rank(preds), skipped=skipped, advice=advice, calibration_s=calib_s,
                      data_parallel=ddp)
+
+
+def _card_dtype(overrides: dict[str, Any]) -> str | None:
+    """The GEMM dtype of the machine card that bounds a technique (bf16, fp16, int8), if any."""
+    dtype = overrides.get("precision.dtype")
+    if dtype in ("bf16", "fp16"):
+        return dtype
+    return "int8" if overrides.get("quant.method") in ("dynamic", "static", "qat") else None
+
+
+def cite_machine_card(preds: list[Prediction], skipped: dict[str, str], techniques: Sequence[Technique],
+                      hardware_id: str) -> str:
+    """Set each bf16 / fp16 / int8 prediction and refusal against this machine's card (``lab machine``): the
+    GEMM peak ratio is the most that technique can give a GEMM-bound step here. Returns the advice line."""
+    card = load_card()
+    if card is None:
+        return (f"no machine card for {hardware_id}: `python -m lab machine` measures its GEMM peaks (about 30 s), "
+                "and the prescription then cites them")
+    dtypes = {t.name: d for t in techniques if (d := _card_dtype(t.overrides))}
+    for name, why in list(skipped.items()):
+        dtype = _card_dtype(TECHNIQUES[name].overrides) if name in TECHNIQUES else None
+        limit = limit_sentence(card, dtype) if dtype else None
+        if limit and why.startswith("capability gate"):
+            skipped[name] = f"{why}; card: {limit}"
+    for i, p in enumerate(preds):
+        limit = limit_sentence(card, dtypes[p.technique]) if p.technique in dtypes else None
+        if limit:
+            preds[i] = dataclasses.replace(p, reason=f"{p.reason}; card: {limit}")
+    return f"machine card ({card.hardware_id}): " + "; ".join(limit_sentences(card))
 
 
 def data_parallel_advice(cfg: RunConfig, result: RunResult, train: Breakdown) -> Prediction | None:

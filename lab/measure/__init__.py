@@ -8,14 +8,17 @@ record stamped with the hardware it ran on (:mod:`.env`). Taught in ``notebooks/
 Units are in the names: ``*_ms`` milliseconds, ``*_mb`` mebibytes (2**20 bytes), ``*_bytes`` bytes.
 """
 
-from lab.measure import env, memory, model, stats, timing
+from lab.measure import cpu, env, machine, memory, model, stats, timing
+from lab.measure.cpu import *  # noqa: F403 - the names in its __all__
 from lab.measure.env import *  # noqa: F403 - the names in its __all__
+from lab.measure.machine import *  # noqa: F403 - the names in its __all__
 from lab.measure.memory import *  # noqa: F403 - the names in its __all__
 from lab.measure.model import *  # noqa: F403 - the names in its __all__
 from lab.measure.stats import *  # noqa: F403 - the names in its __all__
 from lab.measure.timing import *  # noqa: F403 - the names in its __all__
 
-__all__ = [*env.__all__, *memory.__all__, *model.__all__, *stats.__all__, *timing.__all__]
+__all__ = [*cpu.__all__, *env.__all__, *machine.__all__, *memory.__all__, *model.__all__, *stats.__all__,
+           *timing.__all__]
 
 
 

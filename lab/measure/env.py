@@ -14,11 +14,14 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from lab.measure.cpu import cpu_capabilities
 
 # ---------------------------------------------------------------------------------- environment stamp
 
@@ -98,6 +101,10 @@ def _static_stamp() -> dict[str, Any]:
         "cpu_model": cpu_model,
         "isa_flags": list(isa),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # What the kernels may use (flags less ONEDNN_MAX_CPU_ISA's cap): a figure measured under an emulated
+        # ISA must never pass for the hardware's own.
+        "native": {k: v for k, v in cpu_capabilities().to_dict().items()
+                   if k in ("native_bf16", "native_fp16", "int8_vnni", "amx", "emulated", "caps")},
         "logical_cores": os.cpu_count() or 1,
         "mkl_available": bool(torch.backends.mkl.is_available()),
         "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
@@ -122,7 +129,21 @@ def _device_stamp(device: str) -> dict[str, Any]:
     cpu_model, _ = _cpu_info()
     return {"device": str(dev), "device_name": cpu_model, "gpu_compute_capability": None,
             "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            "hardware_id": f"{_slug(cpu_model)}-{os.cpu_count() or 1}c"}
+            "hardware_id": f"{_slug(cpu_model)}-{os.cpu_count() or 1}c{_emulation_suffix()}"}
+
+
+def _emulation_suffix() -> str:
+    """``-as-avx2`` when ``ONEDNN_MAX_CPU_ISA`` / ``ATEN_CPU_CAPABILITY`` hide instructions: figures measured under
+    an emulated ISA get a hardware id of their own, so they never land in (or pass for) the host's folder."""
+    caps = cpu_capabilities().caps
+    if not caps:
+        return ""
+    return "-as-" + "-".join(_slug(c.split("=", 1)[1]) for c in caps[:1])
+
+
+#: The cached machine card's summary for a CPU hardware id, never measuring (:func:`lab.measure.machine.card_summary`,
+#: set when that module is imported, which ``lab.measure`` always does: it imports this module, so no import back).
+card_summary_of: Callable[[str], dict[str, Any] | None] | None = None
 
 
 def environment_stamp(device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -142,8 +163,22 @@ def environment_stamp(device: str | torch.device = "cpu") -> dict[str, Any]:
         stamp["usable_cores"] = os.cpu_count() or 1
     stamp["torch_threads"] = torch.get_num_threads()
     stamp["torch_interop_threads"] = torch.get_num_interop_threads()
+    # This CPU's measured peaks (python -m lab machine), when cached: read, never measured; None without a card.
+    stamp["machine_card"] = card_summary_of(_device_stamp("cpu")["hardware_id"]) if card_summary_of else None
     return stamp
 
+def other_machine_note(figure_hardware_id: str | None, what: str = "these figures",
+                       build: str = "python -m lab crossover --quick (about 2-3 minutes)") -> str | None:
+    """``None`` when figures stamped ``figure_hardware_id`` were measured on this machine's class; else the
+    sentence a page or report shows first: whose figures they are and how to build this machine's own.
+    Never let another machine's map pass for this one's (bf16 is 1.5x on an AMX Xeon and 0.1x on Zen 3)."""
+    mine = environment_stamp()["hardware_id"]
+    if figure_hardware_id == mine:
+        return None
+    return (f"{what} were measured on {figure_hardware_id or 'an unknown machine'}, not on this machine ({mine}): "
+            f"read them as that machine's. Build this machine's with `{build}`.")
+
+
 __all__ = [
-    "environment_stamp", "git_state", "ISA_FLAGS_OF_INTEREST",
+    "environment_stamp", "git_state", "ISA_FLAGS_OF_INTEREST", "other_machine_note",
 ]

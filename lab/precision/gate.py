@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from lab.context import TrainContext
-from lab.measure import bootstrap_ratio_ci
+from lab.measure import NATIVE, bootstrap_ratio_ci, cpu_capabilities, effective_cpu_flags
 from lab.precision.policy import TORCH_DTYPES, PrecisionPolicy, match_fp32_modules
 
 #: ``auto`` picks a low precision only when it is at least this much faster than fp32 (median step time).
@@ -49,24 +47,13 @@ class Capability:
         return f"no native {self.dtype} on {where}"
 
 
-@functools.lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
-    """All ISA flags the kernel reports for this CPU (``flags`` on x86, ``Features`` on ARM)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
+    """The ISA flags the kernels may use here: ``/proc/cpuinfo`` less what ``ONEDNN_MAX_CPU_ISA`` hides
+    (:func:`lab.measure.effective_cpu_flags`), so an AMX box capped at AVX2 is gated as an AVX2 one."""
+    return effective_cpu_flags()
 
 
-_CPU_NATIVE = {  # any of these flags means native kernels for the dtype (x86 AVX-512/AMX, ARM)
-    "bf16": ("avx512_bf16", "amx_bf16", "bf16"),
-    "fp16": ("avx512_fp16", "amx_fp16", "fphp", "asimdhp"),
-}
+_CPU_NATIVE = {d: NATIVE[d] for d in ("bf16", "fp16")}  # any of these flags: native kernels for the dtype
 
 
 def capability(dtype: str, device: str | torch.device = "cpu", *, flags: frozenset[str] | None = None,
@@ -90,8 +77,11 @@ def capability(dtype: str, device: str | torch.device = "cpu", *, flags: frozens
     if found:
         return Capability(dtype, "cpu", True, f"CPU flags {', '.join(found)} (torch kernels: {isa}); flags are "
                                               "necessary, not sufficient: auto measures")
+    caps = cpu_capabilities()
+    hidden = [f for f in _CPU_NATIVE[dtype] if f in caps.hardware_flags] if flags is None else []
+    by = f"; the hardware has {', '.join(hidden)}, hidden by {', '.join(caps.caps)}" if hidden else ""
     return Capability(dtype, "cpu", False, f"none of {', '.join(_CPU_NATIVE[dtype])} in the CPU flags "
-                                           f"(torch kernels: {isa}); {dtype} is emulated")
+                                           f"(torch kernels: {isa}{by}); {dtype} is emulated")
 
 
 # ------------------------------------------------------------------------------------ model gate

@@ -20,12 +20,13 @@ from torch import nn
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
 from lab.loop import StepHook
-from lab.quant import fair, graph, int8, pt2e, swap
+from lab.quant import fair, graph, int8, numerics, pt2e, swap
 from lab.quant import report as report_
 from lab.quant.fair import *  # noqa: F403 - the names in its __all__
 from lab.quant.graph import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import check_supported, quantize_with_report
+from lab.quant.numerics import *  # noqa: F403 - the names in its __all__
 from lab.quant.pt2e import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import measure_against_float
@@ -33,7 +34,8 @@ from lab.quant.swap import *  # noqa: F403 - the names in its __all__
 from lab.quant.swap import check_model
 from lab.result import RunResult
 
-__all__ = [*fair.__all__, *graph.__all__, *int8.__all__, *pt2e.__all__, *report_.__all__, *swap.__all__,
+__all__ = [*fair.__all__, *graph.__all__, *int8.__all__, *numerics.__all__, *pt2e.__all__, *report_.__all__,
+           *swap.__all__,
            "after_training", "before_training", "check", "report"]
 
 

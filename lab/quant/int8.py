@@ -30,6 +30,7 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import resolve_device
+from lab.quant.numerics import reduce_range_choice
 from lab.quant.swap import (
     API,
     MIN_EMBEDDING_DIM,
@@ -119,10 +120,11 @@ def resolve_engine(backend: str) -> str:
 
 def make_qconfig(qc: QuantConfig, engine: str) -> Any:
     """The QConfig for ``qc``: activations with the chosen observer (or moving-average fake-quant for QAT),
-    weights int8 symmetric, per channel or per tensor. ``reduce_range`` follows torch's own defaults."""
+    weights int8 symmetric, per channel or per tensor. ``reduce_range`` follows torch's own defaults unless
+    ``qc.reduce_range`` forces it (:func:`lab.quant.numerics.reduce_range_choice`)."""
     from torch.ao import quantization as tq
 
-    reduce_range = engine in ("x86", "fbgemm")
+    reduce_range = reduce_range_choice(qc.reduce_range, "legacy", engine)["used"]
     act_max = 127 if reduce_range else 255
     if qc.per_channel:
         w_obs, w_scheme = tq.MovingAveragePerChannelMinMaxObserver, torch.per_channel_symmetric
@@ -258,7 +260,11 @@ def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: I
                             "api_reason": API_REASON,
                             "observer": qc.observer if qc.method == "static" else
                             ("moving_average fake-quant" if qc.method == "qat" else "none (dynamic)"),
-                            "per_channel": qc.per_channel}
+                            "per_channel": qc.per_channel,
+                            "reduce_range": reduce_range_choice(qc.reduce_range, "legacy", engine)
+                            if qc.method != "dynamic" else
+                            {"used": True, "why": "torch's dynamic int8 Linear always quantizes activations to 7 bits "
+                                                  "(reduce_range=True inside quantized.linear_dynamic)"}}
     skip = narrow_embeddings(float_model)
     if skip:
         info["kept_float_on_purpose"] = {n: f"embedding_dim < {MIN_EMBEDDING_DIM}: int8 rows + qparams would be "

@@ -46,6 +46,7 @@ from torch import nn
 
 from lab.config import QuantConfig
 from lab.quant.graph import check_graph_quantized, graph_swap_report
+from lab.quant.numerics import reduce_range_choice
 
 TORCHAO_MISSING = ("quant.flow='pt2e' needs torchao (pinned in pyproject.toml: pip install 'torchao==0.18.0'); "
                    "install it, or use --quant-flow legacy")
@@ -107,12 +108,14 @@ def check_available() -> None:
     torchao_pt2e()
 
 
-def make_quantizer(method: str) -> Any:
-    """``X86InductorQuantizer`` with its default config for ``method`` (per-channel int8 weights). Dynamic int8
-    is set for ``nn.Linear`` only: the global dynamic config also annotates convolutions, for which Inductor has
-    no dynamic int8 kernel (and whose per-batch activation scales were seen to cost 40 % output error here)."""
+def make_quantizer(method: str, reduce_range: bool = False) -> Any:
+    """``X86InductorQuantizer`` with its default config for ``method`` (per-channel int8 weights), 7-bit
+    activations when ``reduce_range`` (:func:`lab.quant.numerics.reduce_range_choice`: CPUs without VNNI).
+    Dynamic int8 is set for ``nn.Linear`` only: the global dynamic config also annotates convolutions, for which
+    Inductor has no dynamic int8 kernel (and whose per-batch activation scales were seen to cost 40 % output
+    error here)."""
     ao = torchao_pt2e()
-    config = ao.default_config(is_qat=method == "qat", is_dynamic=method == "dynamic")
+    config = ao.default_config(is_qat=method == "qat", is_dynamic=method == "dynamic", reduce_range=reduce_range)
     quantizer = ao.X86InductorQuantizer()
     if method == "dynamic":
         return quantizer.set_module_type_qconfig(nn.Linear, config)
@@ -303,7 +306,8 @@ def quantize_pt2e_with_report(model: nn.Module, qc: QuantConfig, batches: Callab
     calib = batches(qc.calibration_batches) if qc.method == "static" else []
     if example_inputs is None:
         example_inputs = calib[0] if calib else batches(1)[0]
-    quantizer = make_quantizer(qc.method)
+    info["reduce_range"] = reduce_range_choice(qc.reduce_range, "pt2e")
+    quantizer = make_quantizer(qc.method, info["reduce_range"]["used"])
     t0 = time.perf_counter()
     if qc.method == "qat":
         train_copy = copy.deepcopy(model).cpu().train()

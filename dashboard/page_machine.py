@@ -1,0 +1,44 @@
+"""Dashboard page "Machine": this machine's card (issue 25) — hardware id, ISA as the kernels see it, caches,
+and the measured peaks (GEMM per dtype at 1 thread and all cores, triad bandwidth, one small op), with what
+they allow bf16 / fp16 / int8 here.
+
+Thin over :mod:`lab.measure.machine`, the same functions as ``python -m lab machine``: the cached card is shown
+as it is (never measured on a rerun); the button measures and caches a new one.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from lab.measure import machine
+
+TITLE = "Machine"
+
+
+def render() -> None:
+    """The whole page."""
+    st.header(TITLE)
+    st.caption("What this CPU can do, measured: the GEMM peak of each dtype, memory bandwidth and the fixed cost "
+               "of one op. The doctor and the crossover map cite it; every result's environment stamp carries it.")
+    card = machine.load_card()
+    quick = st.checkbox("quick (smaller sizes, fewer repeats)", key="machine_quick")
+    label = "Measure again" if card else "Measure this machine"
+    if st.button(f"{label} (about {machine.ESTIMATE_S[quick]} s)", key="machine_measure"):
+        with st.spinner("timing GEMMs in fp32 / bf16 / fp16 / int8, a triad and a small op ..."):
+            card = machine.machine_card(refresh=True, quick=quick)
+    if card is None:
+        st.info(f"No machine card cached for this machine yet ({machine.card_path().name}): press the button, or "
+                "run `python -m lab machine`.")
+        return
+    caps = card.capabilities
+    st.subheader(card.hardware_id)
+    st.caption(f"{card.cpu_model}; {card.usable_cores} of {card.logical_cores} cores usable; torch "
+               f"{card.torch_version}; kernels {caps.get('aten_capability')}"
+               + (f" (capped: {', '.join(caps.get('caps', []))})" if caps.get("caps") else "")
+               + f"; measured {card.measured_at}{' (quick)' if card.quick else ''}; int8 kernel: {card.int8_kernel}")
+    st.dataframe(pd.DataFrame(machine.peak_rows(card)), key="machine_peaks", hide_index=True)
+    for sentence in machine.limit_sentences(card):
+        st.markdown(f"- {sentence}")
+    for note in card.notes:
+        st.caption(f"note: {note}")
