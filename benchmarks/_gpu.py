@@ -1,6 +1,7 @@
 """What the GPU parts of the family benchmarks share, none of it a timer (every timing is ``lab.measure``'s):
 the sizes and time budgets of each setting, a part's context (device, sizes, deadline), the ``gpu.json`` report
-rewritten after every part, and the device handling (why there is no CUDA, freeing memory between cases).
+rewritten after every part, the device handling (why there is no CUDA, freeing memory between cases) and the
+probe that drops an arm too slow on this machine to time within a part's budget.
 
 Each family file (``benchmarks/data_loading.py``, ``precision.py``, ``pruning.py``, ``quantization.py``,
 ``distributed.py``) holds its own GPU part as ``gpu_part(ctx, figs)``; ``benchmarks/gpu.py`` drives them. This
@@ -23,6 +24,7 @@ import _common  # noqa: F401 - first: puts the repository root on sys.path, so `
 import torch
 from torch import nn
 
+from lab.measure import block_ms, error_text
 from lab.result import to_jsonable
 from lab.workloads.resnet import Bottleneck, ResNet, build_resnet
 
@@ -193,3 +195,33 @@ def max_errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     diff = float((out.float() - ref.float()).abs().max())
     scale = float(ref.float().abs().max()) or 1.0
     return diff, diff / scale
+
+
+def drop_slow_arms(arms: dict[str, Callable[[], Any]], *, reference: str, sync: torch.device,
+                   errors: dict[str, str], max_ratio: float = 8.0, min_extra_ms: float = 100.0) -> None:
+    """Call every arm once (``reference`` first), timed with ``lab.measure.block_ms``; drop from ``arms`` each arm
+    that raises, or that took more than ``max_ratio`` x the reference's call *and* ``min_extra_ms`` more, with its
+    reason in ``errors``.
+
+    Why: an arm with no fast kernel here (fp16 / bf16 convolutions on a CPU without native support, or under an
+    ISA cap such as ``ONEDNN_MAX_CPU_ISA=AVX2``) can take seconds per step, and ``interleaved_ms`` checks the
+    deadline only between rounds, after ``min_repeats`` of them: such an arm would be timed for minutes and blow
+    the part's budget. One probe call, which doubles as the first warm-up call, is enough to see it. Both
+    thresholds must be passed: a first call also pays one-time setup, which can be several times the steady step
+    on tiny sizes, but that is milliseconds, not a tenth of a second."""
+    order = [reference, *(name for name in arms if name != reference)] if reference in arms else list(arms)
+    ref_ms: float | None = None
+    for name in order:
+        try:
+            ms = block_ms(arms[name], 1, sync)
+        except Exception as exc:  # noqa: BLE001 - as interleaved_ms does: a failing arm is an entry, not the end
+            errors[name] = error_text(exc)
+            del arms[name]
+            continue
+        if name == reference:
+            ref_ms = ms
+        elif ref_ms is not None and ms > max_ratio * ref_ms and ms - ref_ms > min_extra_ms:
+            errors[name] = (f"too slow here to time within the part's budget: {ms:.0f} ms on one probe call vs "
+                            f"{ref_ms:.1f} ms for {reference} (> {max_ratio:g}x and > {min_extra_ms:g} ms more; "
+                            f"no fast kernel for it on this machine?)")
+            del arms[name]

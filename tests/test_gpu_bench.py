@@ -1,8 +1,8 @@
 """benchmarks/gpu.sh + gpu.py: runs (and says "skipped") without CUDA, imports nothing the H200 box lacks, measures
-interleaved, writes its JSON after every part, and never crashes on a missing arm. The layout: each family's GPU
-part is ``gpu_part`` in that family's benchmark file, timed by ``lab.measure`` (no timer of the benchmarks' own),
-and importing a family file does not run its CPU benchmark. Structure only: no timing assertions (the speed
-figures are the benchmark's business)."""
+interleaved, writes its JSON after every part, never crashes on a missing arm, and survives a part that kills its
+own (child) process. The layout: each family's GPU part is ``gpu_part`` in that family's benchmark file, timed by
+``lab.measure`` (no timer of the benchmarks' own), and importing a family file does not run its CPU benchmark.
+Structure only: no timing assertions (the speed figures are the benchmark's business)."""
 
 from __future__ import annotations
 
@@ -293,7 +293,8 @@ def test_json_is_written_after_every_part_and_a_failing_part_is_an_entry(gpu, co
     monkeypatch.setitem(gpu.PARTS, "data", fine)
     monkeypatch.setitem(gpu.PARTS, "pruning", dies)
     threads = torch.get_num_threads()
-    assert gpu.main(["--device", "cpu", "--parts", "pruning,data", "--json", str(path)]) == 0
+    # --in-process: the swapped parts live in this test process, not in a child that imports gpu.py afresh
+    assert gpu.main(["--device", "cpu", "--parts", "pruning,data", "--in-process", "--json", str(path)]) == 0
     assert torch.get_num_threads() == threads  # the self-test's one thread does not leak into the caller
     assert seen == [["fine figure"], ["fine figure", "before the crash"]]
     doc = json.loads(path.read_text())
@@ -301,6 +302,58 @@ def test_json_is_written_after_every_part_and_a_failing_part_is_an_entry(gpu, co
     assert names == ["fine figure", "before the crash", "pruning: part failed"]
     assert doc["parts"]["pruning"]["status"] == "error" and "simulated CUDA error" in doc["parts"]["pruning"]["error"]
     assert doc["parts"]["data"]["status"] == "ok"
+
+
+def test_a_part_that_crashes_natively_is_an_entry_and_the_other_parts_run(tmp_path):
+    """Each part runs in a child process: a SIGABRT there (the test hook stands in for a kernel corrupting the
+    heap) is that part's "error" entry naming the signal, with the child's last output, never a dead run."""
+    env = _blocker(tmp_path / "block")
+    env["LAB_GPU_BENCH_CRASH_PART"] = "data"
+    path = tmp_path / "gpu.json"
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--parts", "data,pruning", "--json",
+                 str(path)], env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(path.read_text())
+    crashed, fine = doc["parts"]["data"], doc["parts"]["pruning"]
+    assert crashed["status"] == "error" and "SIGABRT" in crashed["error"], crashed
+    assert "aborting (test hook)" in crashed["output_tail"] and len(crashed["output_tail"]) <= 2000
+    assert fine["status"] == "ok" and fine["error"] is None
+    (failed,) = [f for f in doc["figures"] if f["family"] == "data"]
+    assert failed["name"] == "data: part failed" and math.isnan(failed["value"]) and "SIGABRT" in failed["note"]
+    assert any(f["family"] == "pruning" for f in doc["figures"])
+    assert "part pruning: start" in proc.stdout  # the children's logs are streamed through the parent
+
+
+@cpu_only
+def test_precision_part_survives_onednn_avx2_kernels(tmp_path):
+    """Regression (issue 25): with oneDNN capped at AVX2 (what an AMD Zen 3 runs natively), the tiny ResNet in
+    channels_last aborted the interpreter inside ``loss.backward()`` (oneDNN's jit_1x1 backward-weights kernel,
+    stride-2 shortcut with 4 input channels); the CPU self-test now trains NCHW and the part completes."""
+    env = _blocker(tmp_path / "block", extra=("torchao",))
+    env.update(ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2")
+    path = tmp_path / "gpu.json"
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--parts", "precision",
+                 "--json", str(path)], env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    part = json.loads(path.read_text())["parts"]["precision"]
+    assert part["status"] == "ok", part
+
+
+def test_an_arm_far_slower_than_the_reference_is_dropped_with_its_reason(gpu_common, monkeypatch):
+    """An arm with no fast kernel here is skipped after one probe call instead of being timed for minutes; the
+    clock is faked (the probe's decision, not the machine's speed, is under test)."""
+    fake_ms = {"fp32": 10.0, "close": 70.0, "slow": 5000.0, "slow_but_cheap": 90.0}
+    monkeypatch.setattr(gpu_common, "block_ms", lambda fn, iters, sync: fn())
+
+    def broken() -> float:
+        raise RuntimeError("no kernel")
+
+    arms = {name: (lambda ms=ms: ms) for name, ms in fake_ms.items()} | {"broken": broken}
+    errors: dict[str, str] = {}
+    gpu_common.drop_slow_arms(arms, reference="fp32", sync=torch.device("cpu"), errors=errors)
+    assert list(arms) == ["fp32", "close", "slow_but_cheap"]  # 7x; 9x but only 80 ms more
+    assert set(errors) == {"slow", "broken"} and errors["broken"] == "RuntimeError: no kernel"
+    assert "too slow" in errors["slow"] and "5000 ms" in errors["slow"]
 
 
 def test_parts_past_the_total_budget_are_skipped_entries(gpu, monkeypatch, tmp_path):
