@@ -305,6 +305,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         readme = bench.BENCH_DIR.parent / "README.md"
         done = bench.update_readme(readme, bench.BENCH_DIR / "results")
         print(f"README table {'updated' if done else 'NOT updated (README has no report markers)'}")
+        from lab.crossover.report import write_cross_hardware
+
+        done = write_cross_hardware(readme, bench.BENCH_DIR / "results")
+        print(f"cross-hardware table {'updated' if done else 'NOT updated (README has no cross-hardware markers)'}")
     return 1 if failed else 0
 
 

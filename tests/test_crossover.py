@@ -104,3 +104,24 @@ def test_another_machines_figures_are_never_shown_as_this_machines() -> None:
     note = other_machine_note("amd-epyc-2c", "This map's figures")
     assert note.startswith("This map's figures were measured on amd-epyc-2c, not on this machine")
     assert mine in note and "lab crossover --quick" in note
+
+
+def test_the_readme_block_is_regenerated_between_its_markers_and_nowhere_else(tmp_path) -> None:
+    import json
+
+    from lab.crossover.report import write_cross_hardware
+
+    (tmp_path / "r" / "box").mkdir(parents=True)
+    (tmp_path / "r" / "box" / "crossover.json").write_text(json.dumps(
+        {"quick": True, "env": {"hardware_id": "box"}, "rows": [_row("mlp", "s", "bf16", "inference", 1.5, 1.2)]}))
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- cross-hardware:start (generated) -->\nold table\n"
+                      "<!-- cross-hardware:end -->\nafter\n")
+    assert write_cross_hardware(readme, tmp_path / "r")
+    once = readme.read_text()
+    assert once.startswith("before\n<!-- cross-hardware:start (generated) -->\n| technique") and "old table" not in once
+    assert once.endswith("<!-- cross-hardware:end -->\nafter\n") and "| bf16 | inference | 1.50×" in once
+    assert write_cross_hardware(readme, tmp_path / "r") and readme.read_text() == once  # idempotent
+    assert "box (quick map)" in (tmp_path / "r" / "cross-hardware.md").read_text()
+    readme.write_text("no markers\n")
+    assert not write_cross_hardware(readme, tmp_path / "r") and readme.read_text() == "no markers\n"

@@ -260,17 +260,26 @@ def test_reduce_range_follows_the_int8_dot_product_instructions(monkeypatch, fla
 
 
 def test_the_chosen_activation_range_is_what_the_quantizer_uses():
-    """The recorded choice is not just a label: the prepared graph's activation observers have quant_max 127
-    with ``reduce_range=on`` and 255 with ``off``."""
+    """The recorded choice is not just a label: with ``reduce_range`` the observer in front of the Linear layers
+    has quant_max 127 while the convolution's input keeps 255 (convolutions did not saturate: see
+    ``make_quantizer``); without it every observer has 255."""
     from lab.quant.pt2e import export_for_quant, torchao_pt2e
 
     ao = torchao_pt2e()
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
-    x = (torch.randn(4, 8),)
-    for rr, qmax in ((True, 127), (False, 255)):
-        prepared = ao.prepare_pt2e(export_for_quant(model, x), Q.make_quantizer("static", rr))
+    conv = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 8), nn.ReLU(),
+                         nn.Linear(8, 2)).eval()
+    x = (torch.randn(2, 1, 8, 8),)
+    for rr, want in ((True, {127, 255}), (False, {255})):
+        prepared = ao.prepare_pt2e(export_for_quant(conv, x), Q.make_quantizer("static", rr))
         observers = [m for m in prepared.modules() if type(m).__name__ == "HistogramObserver"]
-        assert observers and {o.quant_max for o in observers} == {qmax}
+        assert observers and {o.quant_max for o in observers} == want
+        image = next(n for n in prepared.graph.nodes if n.op == "call_module" and n.args
+                     and getattr(n.args[0], "op", None) == "placeholder"
+                     and type(getattr(prepared, n.target)).__name__ == "HistogramObserver")
+        assert getattr(prepared, image.target).quant_max == 255  # the image into the convolution: 8 bits
+    mlp = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    prepared = ao.prepare_pt2e(export_for_quant(mlp, (torch.randn(4, 8),)), Q.make_quantizer("static", True))
+    assert {o.quant_max for o in prepared.modules() if type(o).__name__ == "HistogramObserver"} == {127}
 
 
 def _compiled_static_error(reduce_range: str) -> tuple[float, dict]:

@@ -209,6 +209,27 @@ def cross_hardware_table(maps: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+CROSS_START = "<!-- cross-hardware:start"
+CROSS_END = "<!-- cross-hardware:end -->"
+
+
+def write_cross_hardware(readme: str | Path, results_root: str | Path) -> bool:
+    """Regenerate the technique x machine table from every ``results_root/*/crossover.json``: into
+    ``results_root/cross-hardware.md`` (the report across machines) and between the README's cross-hardware
+    markers. Returns False (README left as it is) when the README has no markers."""
+    table = cross_hardware_table(load_maps(results_root))
+    Path(results_root, "cross-hardware.md").write_text("# Techniques across machines\n\n" + table + "\n")
+    readme = Path(readme)
+    text = readme.read_text()
+    if CROSS_START not in text or CROSS_END not in text:
+        return False
+    head, rest = text.split(CROSS_START, 1)
+    marker_line, _, rest = rest.partition("\n")
+    _, tail = rest.split(CROSS_END, 1)
+    readme.write_text(f"{head}{CROSS_START}{marker_line}\n{table}\n{CROSS_END}{tail}")
+    return True
+
+
 def _finite_or_null(obj: Any) -> Any:
     # Standard JSON has no NaN / Infinity, and the readers (lab doctor, a browser) are not Python.
     if isinstance(obj, float):

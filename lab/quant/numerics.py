@@ -5,9 +5,11 @@ Why it depends on the CPU: x86 int8 GEMMs multiply u8 activations by s8 weights.
 AMD Zen 3, or any CPU with ``ONEDNN_MAX_CPU_ISA=AVX2``) oneDNN uses ``vpmaddubsw``, which adds pairs of
 products in *saturating* 16 bits: 2 x 255 x 127 overflows, so full-range activations are clipped. Measured
 here on an MLP 64 -> 256 -> 8 through PT2E: relative output error 0.012 with VNNI, 0.121 with oneDNN capped at
-AVX2, back to about 0.02 with 7-bit activations (``reduce_range``). torchao's x86 quantizer leaves
-``reduce_range`` off; the lab turns it on where the instructions are missing and records why in
-``details.quant.reduce_range``. Taught in ``notebooks/04_quantization.ipynb``.
+AVX2, back to about 0.02 with 7-bit activations (``reduce_range``). Convolutions did not saturate there (the
+ResNet: 0.0065 at 8 bits, 0.013 at 7), so the PT2E flow narrows only Linear / attention inputs
+(:func:`lab.quant.pt2e.make_quantizer`). torchao's x86 quantizer leaves ``reduce_range`` off; the lab turns it on
+where the instructions are missing and records why in ``details.quant.reduce_range``. Taught in
+``notebooks/04_quantization.ipynb``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def reduce_range_choice(setting: str, flow: str, engine: str = "x86") -> dict[st
     caps = cpu_capabilities()
     if caps.int8_vnni:
         return {"used": False, "why": "int8 dot-product instructions present (VNNI / AMX): full 8-bit activations"}
-    return {"used": True, "why": f"7-bit activations: no int8 dot-product instructions ({caps.missing('int8_vnni')}), "
+    return {"used": True, "why": "7-bit activations into Linear / attention layers: no int8 dot-product "
+                                 f"instructions ({caps.missing('int8_vnni')}), "
                                  "so u8 x s8 pairs are summed in saturating 16 bits and full-range activations "
                                  "overflow"}
 
