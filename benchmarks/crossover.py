@@ -25,6 +25,7 @@ import sys
 from _common import parse_args
 
 from lab import crossover
+from lab.measure import machine_card
 
 WORKLOADS = list(crossover.MAP_WORKLOADS)
 
@@ -32,6 +33,8 @@ WORKLOADS = list(crossover.MAP_WORKLOADS)
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     techniques = list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
+    # The machine card (cached after the first time): the map's bf16 / fp16 / int8 rows cite its GEMM peaks.
+    machine_card(quick=args.quick, progress=lambda m: print(m, file=sys.stderr, flush=True))
     the_map = crossover.build_map(WORKLOADS, techniques, quick=args.quick, threads=1,
                                   progress=lambda m: print(m, file=sys.stderr, flush=True))
     the_map["figures"] = crossover.figures(the_map)

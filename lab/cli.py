@@ -356,6 +356,8 @@ def _cmd_crossover(args: argparse.Namespace) -> int:
     if args.repeats is not None and args.repeats < 3:
         raise UsageError(f"--repeats {args.repeats}: need >= 3 rounds for a confidence interval")
     out = _writable_file(args.json, "--json") if args.json else None
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - progress to stderr
+    machine.machine_card(quick=args.quick, progress=say)  # cached after the first: the map cites its peaks
     the_map = crossover.build_map(workloads, techniques, quick=args.quick, threads=args.threads,
                                   repeats=args.repeats, progress=lambda m: print(m, file=sys.stderr, flush=True))
     print("\n".join(crossover.headline_lines(the_map)))
