@@ -109,7 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _writable_file(path: str, flag: str) -> Path:
     """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
-    folder that cannot be written. Nothing is created here."""
+    folder that cannot be written or created. Nothing is left behind here: the check creates a probe (a
+    temporary file, or a temporary folder where ``out``'s folder is still missing) and removes it, because
+    permission bits lie (root on a read-only mount, ``/proc``)."""
+    import tempfile
+
     from lab.store import check_file_target
 
     out = Path(path)
@@ -117,6 +121,15 @@ def _writable_file(path: str, flag: str) -> Path:
     parent = next((p for p in out.parents if p.exists()), Path("."))
     if not os.access(parent, os.W_OK):
         raise UsageError(f"{flag} {out}: the folder {parent} is not writable")
+    try:
+        if parent == out.parent:
+            with tempfile.TemporaryFile(dir=parent):
+                pass
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=parent))
+    except OSError as exc:
+        what = "is not writable" if parent == out.parent else f"cannot hold the folder {out.parent}"
+        raise UsageError(f"{flag} {out}: the folder {parent} {what} ({exc.strerror or exc})") from None
     if out.exists() and not os.access(out, os.W_OK):
         raise UsageError(f"{flag} {out} is read-only")
     return out
@@ -271,6 +284,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
             print(f"{arm}: does not apply here (refused before training): {not_applicable_reason(err)}")
     _print_versus(df, base)
     if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.csv, index=False)
     return 0
 

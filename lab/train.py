@@ -253,13 +253,18 @@ def profile_run(ctx: TrainContext, captured: tuple[op_profile.StepCapture, FitSt
 LEARNED_MARGIN = 0.02
 #: A loss that ends this many times above where it started has diverged.
 LOSS_RISE_FACTOR = 10.0
+#: A full schedule whose loss ends this far above the untrained model's (its first step's) has diverged, even
+#: when it had already exploded within the first quarter (ctr at --lr 10: step 0 0.69, first quarter 40, last 11,
+#: AUC 0.57 above untrained 0.48: stored "ok" before this rule). The margin absorbs a flat run's batch noise.
+LOSS_END_FACTOR = 1.25
 
 
 def divergence_why(result: RunResult, chance: float | None, higher_is_better: bool, lr: float, *,
                    capped: bool = False) -> str | None:
     """Why a finished run is not a result: its loss rose by :data:`LOSS_RISE_FACTOR` (median of the last
     quarter of steps against the first), or, for a run that trained its full schedule (not ``capped`` by
-    ``max_steps``: a speed probe of a few steps is not expected to learn), its metric ended at or below the
+    ``max_steps``: a speed probe of a few steps is not expected to learn), its loss ended
+    :data:`LOSS_END_FACTOR` above the untrained model's (the first step's) or its metric ended at or below the
     untrained model's (or chance). ``None`` when it trained."""
     losses = result.losses
     if len(losses) >= 8:
@@ -267,6 +272,10 @@ def divergence_why(result: RunResult, chance: float | None, higher_is_better: bo
         first, last = sorted(losses[:q])[q // 2], sorted(losses[-q:])[q // 2]
         if first > 0 and last > LOSS_RISE_FACTOR * first:
             return f"diverged: the loss rose from {first:.4g} to {last:.4g} (lr={lr:g}): lower the lr"
+        untrained = losses[0]
+        if not capped and untrained > 0 and last > LOSS_END_FACTOR * untrained:
+            return (f"diverged: the loss ended at {last:.4g}, above the untrained model's {untrained:.4g} "
+                    f"(peak {max(losses):.4g}; lr={lr:g}): lower the lr")
     refs = [x for x in (result.metric_before, chance) if x is not None and x == x]
     if refs and result.metric is not None and not capped:
         ref = max(refs) if higher_is_better else min(refs)

@@ -463,6 +463,15 @@ def labels_out_of_range(): return _wl("fault_labels_out_of_range", _data(label_h
 def float_labels(): return _wl("fault_float_labels", _data(float_labels=True))
 def data_none(): return _wl("fault_data_none", lambda spec, seed: None)
 def metric_missing(): return _wl("fault_metric_missing", _data(), evaluate=lambda out, y: {"acc": 0.5})
+
+
+def _nan_in_test(spec, seed):
+    d = _data()(spec, seed)
+    d.test[0][5, 3] = float("nan")
+    return d
+
+
+def nan_in_test(): return _wl("fault_nan_in_test", _nan_in_test)
 '''
 
 WORKLOAD_FAULTS = [
@@ -472,6 +481,8 @@ WORKLOAD_FAULTS = [
     ("float_labels", "fault_float_labels", "target [64] float32"),
     ("data_none", "fault_data_none", "make_data returned NoneType"),
     ("metric_missing", "fault_metric_missing", "without its metric_name 'accuracy'"),
+    ("nan_in_test", "fault_nan_in_test", "the test split's input 1 holds 1 non-finite value(s) (NaN / inf), "
+                                         "first in row(s) 5"),
 ]
 
 
@@ -638,13 +649,17 @@ def test_store_export_target_problems_are_named_and_nothing_written(where, tmp_p
     assert snapshot(db) == before and snapshot(watched) == watched_before
 
 
-@pytest.mark.parametrize("where", ["folder", "under-a-file"])
+@pytest.mark.parametrize("where", ["folder", "under-a-file", "cannot-be-created"])
 def test_ablate_csv_target_is_checked_before_any_run(where, tmp_path, capsys, no_work):
+    """Including a folder the permission bits allow and the kernel refuses (``/proc`` as root): before, the
+    ablation ran and then ended in an OSError traceback."""
     db = tmp_path / "abl.sqlite"
     if where == "folder":
         csv = tmp_path / "tables"
         csv.mkdir()
         needle = "is a folder"
+    elif where == "cannot-be-created":
+        csv, needle = Path("/proc/lab-no-such-folder/t.csv"), "cannot hold the folder /proc/lab-no-such-folder"
     else:
         (tmp_path / "blocker").write_text("x")
         csv, needle = tmp_path / "blocker" / "t.csv", "is a file, not a folder"

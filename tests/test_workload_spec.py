@@ -165,6 +165,14 @@ def test_a_run_that_does_not_train_is_diverged_and_fails_its_arm(toy_workload):
     assert capped.status == "ok"
 
 
+def test_a_loss_that_explodes_early_is_diverged_even_when_its_metric_beats_untrained():
+    """Issue 26: ``lab run --workload ctr --lr 10`` was stored ok (AUC above the untrained model's, log-loss
+    exploding within the first steps, so no tenfold rise was left between the first and last quarter)."""
+    res = run(RunConfig(workload="ctr", size="tiny", lr=10.0, threads=1, latency_repeats=0))
+    assert res.status == "diverged" and "above the untrained model's" in res.error and "lr=10" in res.error
+    assert res.metric > res.metric_before  # the metric alone would have let it through
+
+
 def test_learning_and_divergence_rules():
     from lab.result import RunResult
     from lab.train import divergence_why, learning_why
@@ -179,6 +187,13 @@ def test_learning_and_divergence_rules():
     fine = dataclasses.replace(rising, losses=[0.7] * 16)
     assert divergence_why(fine, None, True, 1e-3) is None
     assert "no better than untrained" in divergence_why(dataclasses.replace(fine, metric=0.5), None, True, 1e-3)
+    # exploded within the first quarter, so no tenfold rise is left to see, yet it ends far above step 0's loss
+    exploded = dataclasses.replace(fine, losses=[0.69, 4e12, 40.0, 38.0, 35.0, 20.0, 15.0, 12.0, 11.0, 11.5])
+    why = divergence_why(exploded, None, True, 10.0)
+    assert why.startswith("diverged: the loss ended at 11.") and "untrained model's 0.69" in why and "lr=10" in why
+    assert divergence_why(exploded, None, True, 10.0, capped=True) is None  # a speed probe is not judged on it
+    flat = dataclasses.replace(fine, losses=[0.69, 0.72, 0.70, 0.75, 0.68, 0.71, 0.74, 0.73, 0.70, 0.72])
+    assert divergence_why(flat, None, True, 1e-3) is None  # batch noise around the start is not divergence
 
 
 def test_a_baseline_tagged_did_not_learn_marks_the_whole_table():
