@@ -202,6 +202,14 @@ class TrainContext:
         seed_everything(self.cfg.seed)
         return self.workload.make_model(self.resolved.spec).to(self.device)
 
+    def total_steps(self) -> int:
+        """Optimizer steps the run's schedule takes: epochs x (loader batches // ``ddp.grad_accum_steps``), capped
+        by ``max_steps``, as :func:`lab.loop.fit` counts them (a step is ``grad_accum_steps`` micro-batches). The
+        one place this is computed: a schedule sized by batches instead overshoots by the accumulation factor
+        and then jumps to its target at the end (the gradual pruner did)."""
+        total = self.resolved.epochs * (len(self.make_loader()) // self.cfg.ddp.grad_accum_steps)
+        return total if self.cfg.max_steps is None else min(total, self.cfg.max_steps)
+
     def make_loader(self, batch_size: int | None = None) -> Loader:
         """A loader over the training split as the config asks (same batch order for the same seed): the
         data door builds it, the distributed door slices it per rank."""

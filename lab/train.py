@@ -92,9 +92,7 @@ def preflight(ctx: TrainContext) -> None:
         raise ValueError(f"batch_size={r.batch_size} is invalid: larger than the train split ({n_train} rows) "
                          "with data.drop_last; lower --batch-size")
     accum = cfg.ddp.grad_accum_steps
-    total = r.epochs * (len(ctx.make_loader()) // accum)
-    if cfg.max_steps is not None:
-        total = min(total, cfg.max_steps)
+    total = ctx.total_steps()
     if total < 1:
         raise ValueError(f"the run would take no step ({r.epochs} epoch(s) of {len(ctx.make_loader())} batches, "
                          f"grad_accum_steps={accum}); lower --batch-size or --ddp-grad-accum-steps")

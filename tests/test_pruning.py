@@ -222,6 +222,21 @@ def test_run_gradual_lands_on_target_and_structured_shrinks(toy_workload):
     assert d["params"] < d["params_dense"] and d["macs_ratio"] > 1.5 and d["layers"]["0.weight"]["shape"][0] == 8
 
 
+def test_gradual_schedule_with_gradient_accumulation_ramps_over_the_optimizer_steps(toy_workload):
+    """Issue 26: the schedule was sized in micro-batches (epochs x batches), so with ``grad_accum_steps=2`` its
+    ramp ended after the run and ``after_training`` jumped to the target. Sized in optimizer steps, the last
+    scheduled update lands inside the run, at the target."""
+    from lab.config import DDPConfig
+
+    pcfg = PruneConfig(method="global_unstructured", amount=0.8, schedule="gradual", end_fraction=1.0,
+                       frequency_steps=1)
+    res = run(RunConfig(workload="toy", prune=pcfg, ddp=DDPConfig(grad_accum_steps=2), **FAST))
+    history = res.details["prune"]["schedule_history"]
+    steps = [s for s, _ in history]
+    assert res.steps > 2 and max(steps) == res.steps - 1  # the ramp's end is the run's last optimizer step
+    assert history[-1][1] == pytest.approx(0.8, abs=0.01) and history[-2][1] < 0.8
+
+
 def test_plots_build_from_pruned_results(toy_workload):
     from lab.plots import pruning as pp
 

@@ -89,10 +89,7 @@ def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, lis
     for _, m, w in targets:
         tprune.identity(m, w)
     attach_mask_refresh(model)
-    total = ctx.resolved.epochs * len(ctx.make_loader())
-    if ctx.cfg.max_steps is not None:
-        total = min(total, ctx.cfg.max_steps)
-    hook = GradualPruner(pcfg, total, targets)
+    hook = GradualPruner(pcfg, ctx.total_steps(), targets)
     ctx.state["prune.schedule"] = hook  # after_training finishes the ramp
     return model, [hook]
 
