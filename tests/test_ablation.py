@@ -213,7 +213,7 @@ def test_post_training_int8_never_crowned_for_training_and_aa_is_the_baseline_ag
 def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workload, private_store, capsys):
     from lab.cli import main
 
-    assert main(["ablate", "--workload", "toy", "--techniques", "bf16", "--repeats", "1", "--db",
+    assert main(["ablate", "--workload", "toy", "--techniques", "bf16", "--repeats", "1", "--store",
                  str(private_store)]) == 0
     out = capsys.readouterr().out
     assert "baseline" in out and "bf16" in out and "verdict (train, within 1): n = 1: no interval, no verdict" in out

@@ -97,3 +97,23 @@ def test_python_dash_m_lab_end_to_end(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "lab", "run", "--lr", "-1"], capture_output=True, text=True,
                          timeout=240)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "lr=-1.0 is invalid" in bad.stderr
+
+
+@pytest.mark.parametrize("command", [["ablate", "--size", "tiny", "--repeats", "1"], ["doctor", "--size", "tiny"]])
+def test_store_is_one_flag_everywhere_and_db_an_alias_that_warns(command, tmp_path):
+    """``--store`` in every subcommand that opens the results store; ``--db`` (the old name in ablate / doctor)
+    still parses, into the same field, with a one-line deprecation warning."""
+    from lab.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args([*command, "--store", str(tmp_path / "a.sqlite")]).store == str(tmp_path / "a.sqlite")
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        args = parser.parse_args([*command, "--db", str(tmp_path / "b.sqlite")])
+    assert args.store == str(tmp_path / "b.sqlite")
+    assert err.getvalue() == "lab: warning: --db is deprecated; use --store\n"
+    for sub in (["runs"], ["export", "--out", str(tmp_path / "x.csv")], ["run"]):
+        assert "store" in vars(parser.parse_args(sub))

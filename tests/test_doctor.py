@@ -366,7 +366,7 @@ def test_many_tiny_ops_get_compile_first(fixed_compile_cost):
 def test_cli_doctor_prints_breakdown_prescription_and_verification(toy_workload, capsys, tmp_path):
     code = main(["doctor", "--workload", "toy", "--size", "tiny", "--epochs", "1", "--latency-repeats", "2",
                  "--techniques", "fused_optim,prefetch", "--verify", "1", "--repeats", "1",
-                 "--db", str(tmp_path / "v.sqlite")])
+                 "--store", str(tmp_path / "v.sqlite")])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "training step:" in out and "prescription, training step" in out and "verification" in out

@@ -264,6 +264,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "prune.schedule": PruneConfig.SCHEDULES, "quant.method": QuantConfig.METHODS,
     "quant.observer": QuantConfig.OBSERVERS, "quant.backend": ("auto", "x86", "fbgemm", "qnnpack"),
     "ddp.backend": DDPConfig.BACKENDS, "data.source": DataConfig.SOURCES, "quant.flow": QuantConfig.FLOWS,
+    "quant.reduce_range": QuantConfig.REDUCE_RANGE,
     "model_scale": MODEL_SCALES, "ddp.shard": DDPConfig.SHARDS, "ddp.shard_order": DDPConfig.SHARD_ORDERS,
 }
 
@@ -578,7 +579,7 @@ def test_store_bad_path_is_one_line_exit_2_and_untouched(command, name, make, ne
     argv = {"run": ["run", "--size", "tiny", "--no-progress", "--store", str(path)],
             "runs": ["runs", "--store", str(path)],
             "export": ["export", "--store", str(path), "--out", str(tmp_path / "out.csv")],
-            "ablate": ["ablate", "--size", "tiny", "--repeats", "1", "--db", str(path)]}[command]
+            "ablate": ["ablate", "--size", "tiny", "--repeats", "1", "--store", str(path)]}[command]
     rc, _, err = cli(argv, capsys)
     if command == "runs" and name == "parent-is-a-file":  # nothing there to list: not an error
         assert rc == 0
@@ -663,7 +664,7 @@ def test_ablate_csv_target_is_checked_before_any_run(where, tmp_path, capsys, no
     else:
         (tmp_path / "blocker").write_text("x")
         csv, needle = tmp_path / "blocker" / "t.csv", "is a file, not a folder"
-    rc, _, err = cli(["ablate", "--size", "tiny", "--repeats", "1", "--db", str(db), "--csv", str(csv)], capsys)
+    rc, _, err = cli(["ablate", "--size", "tiny", "--repeats", "1", "--store", str(db), "--csv", str(csv)], capsys)
     assert rc == 2
     assert_one_line(err, "--csv", str(csv), needle)
     assert not db.exists()
@@ -1026,7 +1027,7 @@ def test_ctrl_c_during_an_ablation_keeps_every_finished_run(tmp_path):
             return 0
 
     lab = LabProcess(["ablate", "--recipe", "data_loading", "--workload", "ctr", "--size", "tiny", "--repeats", "3",
-                      "--db", str(db)], tmp_path)
+                      "--store", str(db)], tmp_path)
     lab.wait_until(lambda: finished() >= 2, timeout=180)
     before = stored_runs(db)
     os.killpg(lab.proc.pid, signal.SIGINT)

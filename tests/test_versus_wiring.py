@@ -156,11 +156,11 @@ def test_cli_ablate_prints_predicted_vs_measured(toy_workload, tmp_path, monkeyp
     _synthetic_map(tmp_path / "crossover.json", family="transformer")  # a Linear stack reads as transformer
     monkeypatch.setenv("LAB_CROSSOVER_JSON", str(tmp_path / "crossover.json"))
     assert main(["ablate", "--workload", "toy", "--size", "tiny", "--techniques", "bf16", "--repeats", "1",
-                 "--threads", "1", "--db", str(tmp_path / "r.sqlite")]) == 0
+                 "--threads", "1", "--store", str(tmp_path / "r.sqlite")]) == 0
     out = capsys.readouterr().out
     assert "map predicted bf16 (train_step) x" in out and "(no interval)" in out
     assert "bf16 (inference)" not in out  # a precision arm does not compete on inference
     monkeypatch.setenv("LAB_CROSSOVER_JSON", str(tmp_path / "none.json"))
     assert main(["ablate", "--workload", "toy", "--size", "tiny", "--techniques", "bf16", "--repeats", "1",
-                 "--threads", "1", "--db", str(tmp_path / "r.sqlite")]) == 0  # resumed: nothing trains again
+                 "--threads", "1", "--store", str(tmp_path / "r.sqlite")]) == 0  # resumed: nothing trains again
     assert "predicted vs measured: no crossover map for this hardware id" in capsys.readouterr().out

@@ -370,7 +370,7 @@ def format_card(card: MachineCard, path: Path | None = None) -> str:
 
 
 def add_cli_arguments(parser: Any) -> None:
-    """The ``machine`` subcommand's flags (lab/cli.py)."""
+    """The ``machine`` subcommand's flags (lab/cli)."""
     parser.add_argument("--json", action="store_true", help="print the card as JSON")
     parser.add_argument("--refresh", action="store_true", help="measure again (default: the cached card)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (~4 s)")

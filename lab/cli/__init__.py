@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lab.cli.options import UsageError, _store_flags, _writable_file
 from lab.config import FAMILIES, SIZES, RunConfig
 from lab.config.flags import add_config_fields
 from lab.distributed.launch import RankFailure
@@ -27,10 +28,6 @@ from lab.recipes import RECIPES, TECHNIQUES
 
 ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
                         "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size_ratio", "why"]
-
-
-class UsageError(Exception):
-    """A user mistake on the command line: reported as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     abl.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
     abl.add_argument("--threads", type=int, default=1)
     abl.add_argument("--budget-pt", type=float, default=1.0)
-    abl.add_argument("--db", default=None, help="results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
+    _store_flags(abl, "results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
     abl.add_argument("--csv", default=None, help="also write the table here")
 
     bench_p = sub.add_parser("bench", help="run benchmarks/*.py and write their JSON")
@@ -91,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the top K predictions and the baseline in an interleaved ablation")
     dg.add_argument("--repeats", type=int, default=3, help="repeats per arm when verifying")
     dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
-    dg.add_argument("--db", default=None, help="results store for the verification runs")
+    _store_flags(dg, "results store for the verification runs")
     dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
     cross = sub.add_parser("crossover", help="map each technique's speedup against model size (the ladders)")
     cross.add_argument("--workloads", default="", help="comma-separated (default: ctr,sequence,vision,transformer,mlp)")
@@ -105,34 +102,6 @@ def build_parser() -> argparse.ArgumentParser:
     machine.add_cli_arguments(sub.add_parser("machine", help="this machine's card: ISA, caches, measured GEMM / "
                                              "memory peaks (cached; lab.measure.machine)"))
     return parser
-
-
-def _writable_file(path: str, flag: str) -> Path:
-    """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
-    folder that cannot be written or created. Nothing is left behind here: the check creates a probe (a
-    temporary file, or a temporary folder where ``out``'s folder is still missing) and removes it, because
-    permission bits lie (root on a read-only mount, ``/proc``)."""
-    import tempfile
-
-    from lab.store import check_file_target
-
-    out = Path(path)
-    check_file_target(out, flag, "out.csv")
-    parent = next((p for p in out.parents if p.exists()), Path("."))
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"{flag} {out}: the folder {parent} is not writable")
-    try:
-        if parent == out.parent:
-            with tempfile.TemporaryFile(dir=parent):
-                pass
-        else:
-            os.rmdir(tempfile.mkdtemp(dir=parent))
-    except OSError as exc:
-        what = "is not writable" if parent == out.parent else f"cannot hold the folder {out.parent}"
-        raise UsageError(f"{flag} {out}: the folder {parent} {what} ({exc.strerror or exc})") from None
-    if out.exists() and not os.access(out, os.W_OK):
-        raise UsageError(f"{flag} {out} is read-only")
-    return out
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -258,7 +227,7 @@ def _cmd_ablate(args: argparse.Namespace) -> int:
         raise UsageError(f"budget-pt={args.budget_pt} is invalid: allowed: a finite number >= 0")
     if args.csv:
         _writable_file(args.csv, "--csv")  # checked now, not after the ablation has run
-    with ResultStore(args.db) as store, tqdm(total=len(ablation.arms) * args.repeats * args.seeds,
+    with ResultStore(args.store) as store, tqdm(total=len(ablation.arms) * args.repeats * args.seeds,
                                               unit="run", file=sys.stderr) as bar:
         def progress(event: dict) -> None:
             if event["phase"] == "ablation":
@@ -345,7 +314,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if not args.json:
         print(format_diagnosis(d))
     if args.verify:
-        with ResultStore(args.db) as store:
+        with ResultStore(args.store) as store:
             rows = verify(d, args.verify, repeats=args.repeats, store=store)
         out["verification"] = rows
         if not args.json:

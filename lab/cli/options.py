@@ -1,0 +1,58 @@
+"""Command-line options shared by the subcommands: the one results-store flag, output paths checked before any
+work, and the usage error every subcommand reports as one line with exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """A user mistake on the command line: reported as one line, exit status 2."""
+
+
+class _DeprecatedStoreFlag(argparse.Action):
+    """``--db`` (the old name in ``ablate`` and ``doctor``): still accepted for one release, with a warning; the
+    results store is ``--store`` in every subcommand."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001 - argparse's API
+        print(f"lab: warning: {option_string} is deprecated; use --store", file=sys.stderr)
+        namespace.store = values
+
+
+def _store_flags(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--store", metavar="PATH", default=None, help=help_text)
+    parser.add_argument("--db", metavar="PATH", action=_DeprecatedStoreFlag, help=argparse.SUPPRESS)
+
+
+def _writable_file(path: str, flag: str) -> Path:
+    """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
+    folder that cannot be written or created. Nothing is left behind here: the check creates a probe (a
+    temporary file, or a temporary folder where ``out``'s folder is still missing) and removes it, because
+    permission bits lie (root on a read-only mount, ``/proc``)."""
+    import tempfile
+
+    from lab.store import check_file_target
+
+    out = Path(path)
+    check_file_target(out, flag, "out.csv")
+    parent = next((p for p in out.parents if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag} {out}: the folder {parent} is not writable")
+    try:
+        if parent == out.parent:
+            with tempfile.TemporaryFile(dir=parent):
+                pass
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=parent))
+    except OSError as exc:
+        what = "is not writable" if parent == out.parent else f"cannot hold the folder {out.parent}"
+        raise UsageError(f"{flag} {out}: the folder {parent} {what} ({exc.strerror or exc})") from None
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UsageError(f"{flag} {out} is read-only")
+    return out
+
+
+__all__ = ["UsageError"]
