@@ -122,7 +122,7 @@ def test_swap_guard_refuses_a_graph_with_no_quantized_op(tiny, monkeypatch):
     from lab.quant import pt2e
 
     empty = pt2e.torchao_pt2e().X86InductorQuantizer()  # no config: annotates nothing, silently
-    monkeypatch.setattr(pt2e, "make_quantizer", lambda method: empty)
+    monkeypatch.setattr(pt2e, "make_quantizer", lambda method, reduce_range=False: empty)
     with pytest.raises(Q.QuantizationNoOpError, match="changed nothing.*0 quantize/dequantize"):
         Q.quantize(model, QuantConfig(method="static", calibration_batches=1), loader)
 
