@@ -2,7 +2,7 @@
 
 Raw samples are kept (per-step phase times, losses, latency samples) and summaries are computed from
 them on demand, so a later analysis can change its warm-up cut or statistic without re-running. Any arm
-can be plotted against any other because they all share this shape (DESIGN.md section 3). Taught in
+can be plotted against any other because they all share this shape (docs/architecture.md section 3). Taught in
 ``notebooks/00_tour`` and ``notebooks/06_ablations``.
 
 JSON and non-finite floats: a NaN loss (fp16 overflow) or an infinite loss scale is information worth

@@ -1,7 +1,8 @@
 """``run(cfg) -> RunResult``: orchestration only. Every technique in the lab is measured through it.
 
-The order of a run (DESIGN.md section 3): :func:`check` every family before any work -> :func:`lab.context.prepare`
-(data, threads, the result record) -> join the process group when data-parallel -> build the model ->
+The order of a run (docs/architecture.md section 3): :func:`check` every family before any work ->
+:func:`lab.context.prepare` (data, threads, the result record) -> join the process group when data-parallel ->
+build the model ->
 each technique's ``before_training`` (fast kernels, pruning masks or schedule, DDP wrap) -> ``ctx.fit``
 (the loop, with the loader, precision and compile the doors contribute) -> ``after_training`` (unwrap
 DDP; prune + fine-tune, then quantize: int8 of a pruned model, never pruning of an int8 one) -> evaluate

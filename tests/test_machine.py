@@ -1,7 +1,7 @@
 """The machine card (issue 25): every key, a JSON round trip, positive finite peaks, an int8 GEMM timed by an
 int8 kernel, the cache written once and re-read without measuring, the limit sentences on both sides, the
 ``--as avx2`` card from a capped child process, one-line CLI errors, the stamp's summary and the dashboard page.
-No timing assertion: only structure, positivity and finiteness (DESIGN.md section 5, rule 7)."""
+No timing assertion: only structure, positivity and finiteness (docs/architecture.md section 5, rule 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Correctness of the measurement primitives (no timing assertions: see DESIGN.md 5.7)."""
+"""Correctness of the measurement primitives (no timing assertions: see docs/architecture.md 5.7)."""
 
 from __future__ import annotations
 

@@ -306,7 +306,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats {args.repeats} is invalid: allowed: >= 1")
     cfg = config_from_args(args)
-    if "threads" not in vars(args):  # a fixed thread count for A/B timings on a shared machine (DESIGN.md 5.8)
+    if "threads" not in vars(args):  # a fixed thread count for A/B timings (docs/architecture.md 5.8)
         cfg = cfg.with_overrides(threads=1)
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
     d = diagnose(cfg, techniques=techs)

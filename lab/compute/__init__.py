@@ -4,7 +4,7 @@ model, its ``Workload.fast_kernels`` hook) and ``compute.compile`` (``torch.comp
 compile time counted in the training time). None of them changes the parameters or the loss, so accuracy
 may differ only by float rounding. Taught in ``notebooks/06_ablations.ipynb`` (the speed stack).
 
-How compile is measured (DESIGN.md section 5, rule 1): compilation runs inside the first step, which the
+How compile is measured (docs/architecture.md section 5, rule 1): compilation runs inside the first step, which the
 warm-up steps exclude from every per-step figure; the end-to-end training time keeps it, since a run pays it.
 Each compiled run starts from ``torch._dynamo.reset()``: Dynamo caches graphs per code object for the whole
 process, so without it the second compile arm of an ablation reused the first one's graphs and trained

@@ -34,7 +34,7 @@ Arm = Callable[[], Any]
 TRAIN, INFER = "train_step", "inference"
 AXES = (TRAIN, INFER)
 
-#: Every technique the map knows, with the axes it can change (DESIGN.md: an arm competes only on the axes
+#: Every technique the map knows, with the axes it can change (docs/architecture.md: an arm competes only on the axes
 #: its technique can change: int8 post-training quantization does not touch the training step; ``auto``
 #: and loader workers are decisions about training).
 TECHNIQUES: dict[str, tuple[str, ...]] = {

@@ -1,7 +1,7 @@
 """Threads on the crossover map (issue 15, item 5): the map at 1 thread against all cores, and loader workers
 against compute threads along a model-size ladder.
 
-Why: the crossover map is measured at 1 thread (DESIGN.md rule 8: a fixed thread count for A/B), but a user
+Why: the crossover map is measured at 1 thread (docs/architecture.md rule 8: a fixed thread count for A/B), but a user
 trains on all cores, and a second core changes the answer twice over. First, it buys the fp32 step more or
 less depending on size: a dispatch-bound step (small models, per-operator overhead) has little arithmetic to
 split, a compute-bound one splits well; a technique's speedup at N threads is its speedup at 1 thread times
@@ -27,7 +27,7 @@ from lab.data.studies.threads import recommend, workers_vs_threads
 from lab.measure import bootstrap_ratio_ci
 from lab.workloads import SCALE_NAMES, get_workload
 
-MIN_SAMPLES = 3  # DESIGN.md rule 9: fewer samples, no interval, no verdict
+MIN_SAMPLES = 3  # docs/architecture.md rule 9: fewer samples, no interval, no verdict
 #: What the study measures. Multi-threaded arms on a shared 2-core box run several times slower than their
 #: 1-thread twins (the threads wait for cores other jobs hold), so the 2-thread half dominates the cost:
 #: ``--quick`` maps the Transformer (the dense ladder the crossover's goals hold on) at two rungs 650x apart

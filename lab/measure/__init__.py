@@ -1,7 +1,7 @@
 """Measurement: the one timer, memory, model counts, the environment stamp and the statistics.
 
 Everything the lab reports goes through this package so that every technique is measured the same way
-(DESIGN.md section 5): a monotonic clock with a device sync (:mod:`.timing`), raw samples kept, warm-up
+(docs/architecture.md section 5): a monotonic clock with a device sync (:mod:`.timing`), raw samples kept, warm-up
 excluded, arms interleaved, speedups as ratios of medians with a bootstrap CI (:mod:`.stats`), and every
 record stamped with the hardware it ran on (:mod:`.env`). Taught in ``notebooks/00_tour``.
 

@@ -1,4 +1,4 @@
-"""What this CPU can do natively, as the kernels that will run see it (DESIGN.md section 5, rule 12).
+"""What this CPU can do natively, as the kernels that will run see it (docs/architecture.md section 5, rule 12).
 
 Why not just ``/proc/cpuinfo``: the flags say what the silicon has, but two environment variables cap what
 PyTorch's kernels use. ``ATEN_CPU_CAPABILITY`` (``default`` | ``avx2`` | ``avx512``) picks ATen's vectorised

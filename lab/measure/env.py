@@ -1,4 +1,4 @@
-"""Environment stamp: what a timing was measured on (DESIGN.md section 5, rule 6).
+"""Environment stamp: what a timing was measured on (docs/architecture.md section 5, rule 6).
 
 A speedup without its hardware is a rumour: bf16 and int8 speed depend on ISA flags, thread counts on a
 shared 2-core box swing timings by several times, and a result must be traceable to the code (git SHA).

@@ -4,7 +4,7 @@
 kernels see it (:func:`lab.measure.cpu.cpu_capabilities`), cores, caches and *measured* peaks: GEMM GFLOP/s in
 fp32 / bf16 / fp16 / int8 at 1 thread and all usable cores, a STREAM triad's GB/s, the fixed cost of one tiny
 op. The doctor and the crossover map cite it (:func:`limit_sentence`); every environment stamp carries its
-summary (:func:`card_summary`: read from the cache, never measured). Timed with the one timer (DESIGN.md 5):
+summary (:func:`card_summary`: read from the cache, never measured). Timed with the one timer (docs/architecture.md 5):
 dtypes interleaved, warm-up excluded, medians of >= 3 repeats, the ratio to fp32 with a bootstrap CI. An
 emulated ISA makes bf16 / fp16 GEMMs ~60x slower, so each dtype's size is fitted to a time budget from a small
 probe (the card says which). Cached at ``$LAB_CACHE_DIR/machine/<hardware_id>-torch<version>.json``.
@@ -223,7 +223,7 @@ def measure_card(quick: bool = False, progress: Progress | None = None) -> Machi
     say = progress or (lambda _msg: None)
     start, before = time.monotonic(), torch.get_num_threads()
     ident, caches, notes = _identity(), read_caches(), []
-    if (load := os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0) > 0.5:  # DESIGN.md 5.8: a shared box
+    if (load := os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0) > 0.5:  # a shared box (rule 5.8)
         notes.append(f"load average {load:.1f} when measured: other work shares the cores (all-core figures most)")
     threads = sorted({1, max(1, int(ident["usable_cores"]))})
     try:

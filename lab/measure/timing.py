@@ -1,7 +1,7 @@
 """The one timer: per-step phase timing for the loop, interleaved A/B timing for every latency and benchmark.
 
 Why one: a speedup is only a ratio of two numbers measured the same way. Every figure the lab reports
-goes through here (DESIGN.md section 5): a monotonic clock, a device sync before each read on CUDA
+goes through here (docs/architecture.md section 5): a monotonic clock, a device sync before each read on CUDA
 (``sync_for``), warm-up calls run but not kept, raw samples returned, and arms interleaved (A B C, A B C, ...)
 so that drift on a shared machine hits every arm alike. Taught in ``notebooks/00_tour``.
 """

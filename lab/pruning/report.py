@@ -3,7 +3,7 @@
 Why both, side by side: "50 % of the weights removed" is a statement about storage. Speed depends on
 whether the kernels skip the work: masks on dense kernels do not (expect ~1.0x), narrower layers do but
 lose to fixed per-layer costs (dispatch, BatchNorm, activations, memory traffic) when the layers are
-small. Each shortfall gets a "why" tag in ``result.why`` (DESIGN.md §5 rule 5).
+small. Each shortfall gets a "why" tag in ``result.why`` (docs/architecture.md §5 rule 5).
 Notebook: ``notebooks/03_pruning.ipynb``.
 """
 
