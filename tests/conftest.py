@@ -11,11 +11,11 @@ from toy_workload import TOY
 from lab.measure import CpuCapabilities, cpu_capabilities
 from lab.workloads import Workload, register_workload
 
-#: One marker per CPU capability (docs/architecture.md section 5, rule 12). ``@pytest.mark.native_bf16`` runs a
-#: test only where the kernels have native bf16, ``@pytest.mark.native_bf16(False)`` only where they do not;
-#: elsewhere it is skipped with the instructions that decide it. Every test that carries one, or asks for the ``cpu_caps``
-#: fixture (one test checking both sides), is also marked ``capability``: ``make test`` runs those again with
-#: the kernels capped at AVX2 (``make test-avx2``), so an AMX box sees what an AVX2 user sees.
+#: One marker per CPU capability (docs/architecture.md section 5, rule 12). ``@pytest.mark.native_bf16`` runs a test
+#: only where the kernels have native bf16, ``@pytest.mark.native_bf16(False)`` only where they do not; elsewhere it
+#: is skipped with the instructions that decide it. Every test that carries one, or asks for the ``cpu_caps`` fixture
+#: (one test checking both sides), is also marked ``capability``: ``make test`` runs those again with the kernels
+#: capped at AVX2 (``make test-avx2``), so an AMX box sees what an AVX2 user sees.
 CAPABILITY_MARKERS = ("native_bf16", "native_fp16", "int8_vnni", "amx")
 _NEEDS = {"native_bf16": "bf16", "native_fp16": "fp16", "int8_vnni": "int8_vnni", "amx": "amx"}
 
