@@ -152,3 +152,40 @@ def test_run_with_world_size_2_matches_single_process_double_batch(toy_workload)
     assert ddp.steps == single.steps == 6
     assert ddp.metric == pytest.approx(single.metric, abs=1e-6)  # same model after 6 steps
     assert ddp.metric_before == single.metric_before
+
+
+# ------------------------------------------------------------------------------ multi-node, on one machine
+@pytest.mark.slow
+def test_two_torchrun_agents_on_loopback_train_what_one_node_with_two_ranks_trains(tmp_path):
+    """docs/distributed.md's multi-node recipe on the existing engine: two ``torchrun`` agents (``--nnodes 2``,
+    c10d rendezvous on 127.0.0.1, one CPU rank each) running ``python -m lab run``; both agents end 0, rank 0
+    alone prints the result, and its losses and metric are the same as a 2-rank single-node run's."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lab_run = ["-m", "lab", "run", "--workload", "ctr", "--size", "tiny", "--threads", "1", "--world-size", "2",
+               "--json", "--no-progress"]
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "LAB_RESULTS_DB": str(tmp_path / "nodes.sqlite")}
+    agents = [subprocess.Popen([str(torchrun), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"lab-test-{port}", *lab_run],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [a.communicate(timeout=240) for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], [err[-1500:] for _, err in outs]
+    printed = [json.loads(out) for out, _ in outs if out.strip()]
+    assert len(printed) == 1  # rank 0's result; rank 1 prints and stores nothing
+    nodes = printed[0]
+    assert nodes["status"] == "ok" and nodes["details"]["ddp"]["launcher"] == "torchrun"
+    assert nodes["details"]["ddp"]["world_size"] == 2
+    one = subprocess.run([sys.executable, *lab_run], capture_output=True, text=True, timeout=240, check=True,
+                         env={**env, "LAB_RESULTS_DB": str(tmp_path / "one.sqlite")})
+    single = json.loads(one.stdout)
+    assert single["details"]["ddp"]["launcher"] == "spawn"
+    assert nodes["losses"] == single["losses"] and nodes["metric"] == single["metric"]
