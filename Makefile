@@ -18,14 +18,17 @@ $(STAMP): pyproject.toml
 
 # The whole suite: unit tests, then the notebooks under nbval (tiny sizes via LAB_FAST=1); then the tests whose
 # expectation depends on the CPU once more as an AVX2-only machine sees them (test-avx2).
+# Each suite compiles into its own Inductor cache (.cache/, not tracked): never the per-user /tmp one that every
+# other torch process on the machine shares, and never the capped suite's.
 test: venv
-	LAB_FAST=1 $(PY) -m pytest $(PYTEST_ARGS)
+	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor LAB_FAST=1 $(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-avx2
 
 # The `capability` tests (tests/conftest.py) with ATen's and oneDNN's kernels capped at AVX2: no AVX-512, VNNI,
 # AMX, native bf16 / fp16, whatever this CPU has (lab/measure/cpu.py says what the cap cannot emulate).
 test-avx2: venv
-	ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 LAB_FAST=1 $(PY) -m pytest tests -m capability $(PYTEST_ARGS)
+	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor-avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 LAB_FAST=1 \
+		$(PY) -m pytest tests -m capability $(PYTEST_ARGS)
 
 test-fast: venv
 	$(PY) -m pytest -x -q -m "not slow" $(PYTEST_ARGS)
@@ -54,4 +57,4 @@ quality: venv
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache

@@ -75,3 +75,14 @@ def test_a_child_capped_at_avx2_is_gated_as_an_avx2_machine():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["id"].endswith("-as-avx2") and got["native"]["emulated"] and not got["native"]["native_bf16"]
     assert got["bf16"] is False and got["rr"] is True and "emulated" in got["why"]
+
+
+def test_a_capped_process_compiles_into_its_own_inductor_cache():
+    from lab.measure import separate_inductor_cache
+
+    env = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    folder = separate_inductor_cache(env)
+    assert folder.endswith("torchinductor_lab_as_avx2") and env["TORCHINDUCTOR_CACHE_DIR"] == folder
+    assert separate_inductor_cache({}) is None  # the host's own processes keep whatever they use
+    mine = {"ONEDNN_MAX_CPU_ISA": "AVX2", "TORCHINDUCTOR_CACHE_DIR": "/x"}
+    assert separate_inductor_cache(mine) is None and mine["TORCHINDUCTOR_CACHE_DIR"] == "/x"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -182,7 +183,24 @@ def emulation_env(name: str) -> dict[str, str]:
         raise ValueError(f"LAB_EMULATE_ISA={name!r} is invalid: allowed: {', '.join(EMULATIONS)}") from None
 
 
+def separate_inductor_cache(env: dict[str, str] | None = None) -> str | None:
+    """Give a process with capped kernels its own Inductor cache (``TORCHINDUCTOR_CACHE_DIR``), unless one is set:
+    Inductor's default cache is one folder per user, shared by every process, and code compiled under
+    ``ATEN_CPU_CAPABILITY`` / ``ONEDNN_MAX_CPU_ISA`` must neither be reused by nor race with the host's own
+    compiles (two native crashes inside compiled code were seen here while capped and native suites ran side
+    by side on one cache). Called at import, before anything compiles; returns the folder it set."""
+    env = os.environ if env is None else env
+    tags = [env[v].lower() for v in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if env.get(v)]
+    if not tags or env.get("TORCHINDUCTOR_CACHE_DIR"):
+        return None
+    folder = os.path.join(tempfile.gettempdir(), f"torchinductor_lab_as_{'_'.join(dict.fromkeys(tags))}")
+    env["TORCHINDUCTOR_CACHE_DIR"] = folder
+    return folder
+
+
+separate_inductor_cache()
+
 __all__ = [
     "allowed_flags", "capabilities_of", "cpu_capabilities", "CpuCapabilities", "effective_cpu_flags", "EMULATIONS",
-    "emulation_env", "hardware_flags", "mask_flags", "NATIVE", "ONEDNN_ISA_LEVELS",
+    "emulation_env", "hardware_flags", "mask_flags", "NATIVE", "ONEDNN_ISA_LEVELS", "separate_inductor_cache",
 ]
