@@ -9,7 +9,6 @@ from torch import nn
 
 from lab.cli import main
 from lab.crossover import ROW_KEYS, build_map, check_schema, describe, family_of, place_workload
-from lab.crossover.measure import SLOW_MARK
 
 
 def test_a_tiny_real_map_has_the_schema_and_one_row_per_rung_technique_axis(cpu_caps) -> None:
@@ -26,8 +25,10 @@ def test_a_tiny_real_map_has_the_schema_and_one_row_per_rung_technique_axis(cpu_
     if cpu_caps.native_bf16:
         assert {(r["technique"], r["axis"]) for r in measured} >= {("bf16", "train_step"), ("bf16", "inference")}
     else:
+        # measured and tagged, or skipped with what stopped it (too slow on one call, or no kernel
+        # at all: oneDNN's LSTM has no bf16 primitive below AVX-512) and still tagged
         assert bf16 and all("emulated here" in r["why"] for r in bf16)
-        assert all(SLOW_MARK in r["why"] for r in bf16 if r["speedup"] is None)
+        assert all("skipped: " in r["why"] for r in bf16 if r["speedup"] is None)
     for r in measured:
         assert r["ci_lo"] <= r["speedup"] <= r["ci_hi"] and r["base_ms"] > 0 and r["tech_ms"] > 0
         assert r["regime"] in ("dispatch-bound", "compute-bound", "memory-bound") and "fixed overhead" in r["why"]

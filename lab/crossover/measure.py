@@ -105,8 +105,7 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
             continue
         if ms > SLOW_FACTOR * base_ms and ms - base_ms > SLOW_MIN_EXTRA_MS:
             errors[name] = (f"x{ms / base_ms:.0f} {SLOW_MARK} ({ms:.0f} ms vs {base_ms:.3g} ms): a layer without a "
-                            f"fast {name} kernel on this machine runs a reference path; not timed further"
-                            + (f"; {bench.notes[name]}" if name in bench.notes else ""))
+                            f"fast {name} kernel on this machine runs a reference path; not timed further")
             del arms[name]
     t_time = time.monotonic()
     if budget_s is not None:
@@ -122,8 +121,11 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
     for tech in techniques:
         here = {**facts, "technique": tech, "axis": axis}
         if tech in skipped or tech in errors or base is None:
-            rows.append(_skip_row(skipped.get(tech) or errors.get(tech) or errors.get("base", "base arm failed"),
-                                  **here))
+            why = skipped.get(tech) or errors.get(tech) or errors.get("base", "base arm failed")
+            emulated = bench.notes.get(tech, "")  # an emulated precision says so whatever stopped it
+            if emulated.startswith("emulated here") and emulated not in why:
+                why = f"{why}; {emulated}"
+            rows.append(_skip_row(why, **here))
             continue
         note = bench.notes.get(tech, "")
         if tech == "auto":
