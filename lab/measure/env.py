@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lab.measure.cpu import cpu_capabilities
+from lab.measure.cpu import cpu_capabilities, hardware_flags
 
 # ---------------------------------------------------------------------------------- environment stamp
 
@@ -45,20 +45,19 @@ def _run(cmd: list[str], cwd: Path | None = None, timeout_s: float = 3.0) -> str
 
 @functools.lru_cache(maxsize=1)
 def _cpu_info() -> tuple[str, tuple[str, ...]]:
+    """The CPU model and the hardware ISA flags of interest (the flags themselves: :func:`hardware_flags`)."""
     model: str | None = None
-    flags: set[str] = set()
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         text = ""
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and model is None:
+        if key.strip() == "model name":
             model = value.strip()
-        elif key in ("flags", "Features") and not flags:  # x86 / arm spelling
-            flags = set(value.split())
+            break
     model = model or platform.processor() or "unknown"
+    flags = hardware_flags()
     return model, tuple(f for f in ISA_FLAGS_OF_INTEREST if f in flags)
 
 
@@ -166,6 +165,7 @@ def environment_stamp(device: str | torch.device = "cpu") -> dict[str, Any]:
     # This CPU's measured peaks (python -m lab machine), when cached: read, never measured; None without a card.
     stamp["machine_card"] = card_summary_of(_device_stamp("cpu")["hardware_id"]) if card_summary_of else None
     return stamp
+
 
 def other_machine_note(figure_hardware_id: str | None, what: str = "these figures",
                        build: str = "python -m lab crossover --quick (about 2-3 minutes)") -> str | None:

@@ -77,11 +77,10 @@ def capability(dtype: str, device: str | torch.device = "cpu", *, flags: frozens
     if found:
         return Capability(dtype, "cpu", True, f"CPU flags {', '.join(found)} (torch kernels: {isa}); flags are "
                                               "necessary, not sufficient: auto measures")
-    caps = cpu_capabilities()
-    hidden = [f for f in _CPU_NATIVE[dtype] if f in caps.hardware_flags] if flags is None else []
-    by = f"; the hardware has {', '.join(hidden)}, hidden by {', '.join(caps.caps)}" if hidden else ""
-    return Capability(dtype, "cpu", False, f"none of {', '.join(_CPU_NATIVE[dtype])} in the CPU flags "
-                                           f"(torch kernels: {isa}{by}); {dtype} is emulated")
+    # the machine's own flags: the sentence also names a cap that hides instructions the hardware has
+    missing = cpu_capabilities().missing(dtype) if flags is None else \
+        f"none of {', '.join(_CPU_NATIVE[dtype])} in the CPU flags (torch kernels: {isa})"
+    return Capability(dtype, "cpu", False, f"{missing}; {dtype} is emulated")
 
 
 # ------------------------------------------------------------------------------------ model gate
