@@ -1,0 +1,308 @@
+"""Checkers of the notebooks' "your turn" cells: each holds a learner's answer against the library's own
+result and raises ``AssertionError`` with a hint when it differs; on success it prints one line and returns
+what it compared (the tests read it). Each takes the learner's function (or answer) as its first argument.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils import prune as tprune
+
+
+def _ok(msg: str) -> None:
+    print("correct:", msg)
+
+
+# ------------------------------------------------------------------ 01 data loading
+class _CountingLoader:
+    """12 batches; records how many the reader had taken when the consumer received each one."""
+
+    def __init__(self, n: int = 12) -> None:
+        self.n, self.taken, self.lock = n, 0, threading.Lock()
+
+    def __iter__(self):
+        for i in range(self.n):
+            with self.lock:
+                self.taken += 1
+            yield (torch.full((2,), float(i)),)
+
+
+def prefetch(fn: Callable, depth: int = 2) -> list[int]:
+    """Same batches in the same order as lab's ThreadPrefetcher, lazily (a generator), reading ahead, and
+    never more than ``depth`` batches ahead of the consumer."""
+    from lab.data import ThreadPrefetcher
+
+    loader = _CountingLoader()
+    out = fn(loader, depth)
+    assert not isinstance(out, (list, tuple)), "return a generator (yield each batch), not a list of batches"
+    ahead = []
+    got = []
+    for batch in out:
+        got.append(int(batch[0][0]))
+        want = min(depth, loader.n - len(got))
+        deadline = time.monotonic() + 1.0  # a slow training step: the reader has time to fill the queue
+        while loader.taken - len(got) < want and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(0.005)  # and a little more, in which an unbounded reader runs further ahead
+        with loader.lock:
+            ahead.append(loader.taken - len(got))
+    ref = [int(b[0][0]) for b in ThreadPrefetcher(_CountingLoader(), depth=depth)]
+    assert got == ref, f"batches {got} differ from lab.data.ThreadPrefetcher's {ref} (all of them, in order)"
+    # a queue of `depth` plus the one batch the reader holds while it waits to put it
+    assert max(ahead) <= depth + 1, f"the reader ran {max(ahead)} batches ahead: bound the queue at depth={depth}"
+    assert max(ahead) >= 1, "nothing was read ahead of the consumer: read in a background thread"
+    _ok(f"same {len(got)} batches as ThreadPrefetcher, at most {max(ahead)} read ahead (depth {depth})")
+    return ahead
+
+
+def wait_fraction(fn: Callable, step_times_ms: Mapping[str, Sequence[float]]) -> float:
+    """The data-wait share of a run's step times, against lab.data.studies.stalls.data_wait_fraction."""
+    from lab.data.studies.stalls import data_wait_fraction
+
+    mine, ref = float(fn(step_times_ms)), data_wait_fraction(dict(step_times_ms))
+    assert abs(mine - ref) < 1e-9, f"{mine:.4f} vs the lab's {ref:.4f}: skip the first step, divide by all phases"
+    _ok(f"data wait {mine:.1%} of the step, as lab's data_wait_fraction")
+    return mine
+
+
+# ------------------------------------------------------------------ 02 mixed precision
+def bf16_round(fn: Callable) -> torch.Tensor:
+    """Bit-exact against ``x.to(torch.bfloat16)`` on random values, ties, subnormals, huge values and inf."""
+    g = torch.Generator().manual_seed(0)
+    ties = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 2**-130, 3.4e38, float("inf"), -0.0, 0.0])
+    x = torch.cat([torch.randn(4096, generator=g) * torch.logspace(-30, 30, 4096), ties])
+    mine = fn(x.clone())
+    ref = x.to(torch.bfloat16).float()
+    assert mine.shape == x.shape, f"shape {tuple(mine.shape)}, expected {tuple(x.shape)}"
+    bad = ~((mine.float() == ref) | (mine.float().isnan() & ref.isnan()))
+    assert not bad.any(), (f"{int(bad.sum())} values differ from x.to(torch.bfloat16), e.g. "
+                           f"{x[bad][0].item()!r} -> {mine[bad][0].item()!r}, torch gives {ref[bad][0].item()!r} "
+                           "(round half to even; keep fp32's 8 exponent bits)")
+    _ok(f"{x.numel()} values rounded exactly as x.to(torch.bfloat16)")
+    return mine
+
+
+def next_loss_scale(fn: Callable, overflows: Sequence[bool] = (False, False, True, False, False, False, True, True,
+                                                               False, False, False, False),
+                    init_scale: float = 2.0**10, growth_interval: int = 3) -> list[float]:
+    """The scale history over ``overflows`` against torch.amp.GradScaler's own updates on CPU."""
+    lin = nn.Linear(2, 1)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    ref, mine, scale, good = [], [], init_scale, 0
+    for inf in overflows:
+        loss = lin(torch.ones(1, 2)).sum()
+        scaler.scale(loss).backward()
+        if inf:
+            lin.weight.grad.fill_(float("inf"))
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        ref.append(float(scaler.get_scale()))
+        scale, good = fn(scale, inf, good, growth_interval)
+        mine.append(float(scale))
+    assert mine == ref, f"scales {mine} vs GradScaler's {ref} (overflows {list(overflows)})"
+    _ok(f"{len(ref)} updates match torch.amp.GradScaler: {ref}")
+    return mine
+
+
+# ------------------------------------------------------------------ 03 pruning
+def global_masks(fn: Callable, amount: float = 0.9) -> dict[str, torch.Tensor]:
+    """Masks identical to torch.nn.utils.prune.global_unstructured (L1) over three layers."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 2))
+    layers = [model[0], model[2], model[4]]
+    weights = {f"{i}": m.weight.detach().clone() for i, m in zip((0, 2, 4), layers, strict=True)}
+    mine = fn(weights, amount)
+    tprune.global_unstructured([(m, "weight") for m in layers], pruning_method=tprune.L1Unstructured, amount=amount)
+    for (name, _), m in zip(weights.items(), layers, strict=True):
+        assert torch.equal(mine[name].float(), m.weight_mask), (
+            f"layer {name}: {int((mine[name] == 0).sum())} zeros vs global_unstructured's "
+            f"{int((m.weight_mask == 0).sum())}: one threshold over all layers, not one per layer")
+    _ok(f"masks equal torch's global_unstructured at {amount:.0%}")
+    return mine
+
+
+def per_layer_amounts(amounts: Mapping[str, float], scan: Sequence[Mapping[str, Any]], dense_metric: float,
+                      model: nn.Module, target: float = 0.70, budget_pt: float = 1.0) -> float:
+    """Every chosen amount is one the scan measured within ``budget_pt`` of the dense metric; applied with
+    masks, the scanned layers reach ``target`` sparsity (or, when the scan makes that impossible, the most
+    the budget allows), read back with lab.pruning.layer_sparsity."""
+    from lab.pruning import layer_sparsity
+
+    drop = {(r["layer"], r["amount"]): 100 * (dense_metric - r["metric"]) for r in scan}
+    layers = sorted({r["layer"] for r in scan})
+    assert set(amounts) <= set(layers), f"unknown layers {sorted(set(amounts) - set(layers))}; scanned: {layers}"
+    for name, a in amounts.items():
+        if a == 0:
+            continue
+        assert (name, a) in drop, f"{name}: amount {a} was not scanned; pick one of the scan's amounts"
+        assert drop[(name, a)] <= budget_pt, f"{name} at {a:.0%} costs {drop[(name, a)]:.2f} pt > {budget_pt} pt"
+
+    def applied(choice: Mapping[str, float]) -> float:
+        m = _copy(model)
+        for name, a in choice.items():
+            if a > 0:
+                tprune.l1_unstructured(m.get_submodule(name.rsplit(".", 1)[0]), "weight", amount=a)
+        sparsity = layer_sparsity(m)
+        sizes = {n: m.get_submodule(n.rsplit(".", 1)[0]).weight.numel() for n in layers}
+        return sum(sparsity[n] * sizes[n] for n in layers) / sum(sizes.values())
+
+    best = {n: max([a for (ln, a), d in drop.items() if ln == n and d <= budget_pt], default=0.0) for n in layers}
+    reach = min(target, applied(best))
+    got = applied(amounts)
+    assert got >= reach - 1e-3, (f"{got:.1%} sparsity over the scanned layers, short of {reach:.1%}: spend more of "
+                                 "the budget on the layers whose scan stays flat")
+    _ok(f"{got:.1%} sparsity over the scanned layers (goal {reach:.1%}), each layer within {budget_pt} pt")
+    return got
+
+
+def _copy(model: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(model)
+
+
+# ------------------------------------------------------------------ 04 quantization
+def quantize_per_channel_symmetric(fn: Callable) -> torch.Tensor:
+    """Scales equal to torch's PerChannelMinMaxObserver (qint8, symmetric), codes to quantize_per_channel's."""
+    from torch.ao.quantization import PerChannelMinMaxObserver
+
+    w = torch.randn(16, 32, generator=torch.Generator().manual_seed(0)) * torch.linspace(0.1, 3, 16)[:, None]
+    q, scales = fn(w)
+    obs = PerChannelMinMaxObserver(ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+    obs(w)
+    ref_scales, zps = obs.calculate_qparams()
+    assert torch.allclose(torch.as_tensor(scales).float(), ref_scales, rtol=1e-6), (
+        f"scales {torch.as_tensor(scales)[:3].tolist()} vs the observer's {ref_scales[:3].tolist()}: "
+        "max |w_row| / 127.5, one per output channel")
+    with warnings.catch_warnings():  # torch deprecates quantized tensors; the op is still the reference
+        warnings.simplefilter("ignore", UserWarning)
+        ref = torch.quantize_per_channel(w, ref_scales, zps, 0, torch.qint8)
+    assert torch.equal(torch.as_tensor(q).to(torch.int8), ref.int_repr()), "codes differ from quantize_per_channel's"
+    _ok("per-channel scales and int8 codes equal torch's observer and quantize_per_channel")
+    return ref_scales
+
+
+def int8_linear(fn: Callable) -> float:
+    """Matches torch's fake-quant ops (per-tensor uint8 activations, per-channel int8 weights) to 1e-4."""
+    from lab.quant import affine_qparams
+
+    g = torch.Generator().manual_seed(0)
+    lin = nn.Linear(32, 8)
+    x = torch.randn(64, 32, generator=g) * 2 + 0.5
+    mine = fn(x, lin.weight.detach(), lin.bias.detach())
+    sx, zx = affine_qparams(x)
+    fx = torch.fake_quantize_per_tensor_affine(x, sx, zx, 0, 255)
+    sw = lin.weight.detach().abs().amax(dim=1) / 127.5
+    fw = torch.fake_quantize_per_channel_affine(lin.weight.detach(), sw, torch.zeros(8, dtype=torch.int32), 0,
+                                                -128, 127)
+    ref = fx @ fw.T + lin.bias.detach()
+    err = float((mine - ref).abs().max())
+    assert mine.shape == ref.shape and err < 1e-4, f"max difference {err:.3g} from the fake-quantized Linear"
+    with torch.no_grad():
+        vs_float = float((ref - lin(x)).abs().max())
+    _ok(f"int8 Linear by hand equals the fake-quantized one (max diff {err:.1e}); vs float {vs_float:.3g}")
+    return err
+
+
+# ------------------------------------------------------------------ 05 distributed
+def fit_ring(fn: Callable, sizes_bytes: Sequence[float], times_s: Sequence[float], p: int = 2) -> tuple[float, float]:
+    """alpha and beta against lab.distributed.scaling.calibrate on the same measurements."""
+    from lab.distributed import scaling
+
+    alpha, beta = fn(sizes_bytes, times_s, p)
+    link = scaling.calibrate(sizes_bytes, times_s, p)
+    assert np.isclose(alpha, link.alpha_s, rtol=1e-6, atol=1e-12), \
+        f"alpha {alpha:.3g} s vs the lab's {link.alpha_s:.3g} s"
+    assert np.isclose(beta, link.beta_s_per_byte, rtol=1e-6), \
+        f"beta {beta:.3g} s/B vs the lab's {link.beta_s_per_byte:.3g}"
+    _ok(f"alpha {alpha * 1e6:.1f} us per hop, bandwidth {1 / beta / 1e9:.2f} GB/s, as scaling.calibrate")
+    return alpha, beta
+
+
+def ddp_speedup(fn: Callable, compute_s: float, grad_bytes: float) -> list[float]:
+    """Speedups at 2..1024 workers on each preset link against lab.distributed.scaling.project."""
+    from lab.distributed import scaling
+
+    ps = scaling.powers_of_two(1024)
+    got = []
+    for link in scaling.LINK_PRESETS.values():
+        for row in scaling.project(compute_s, grad_bytes, ps, link):
+            mine = fn(compute_s, grad_bytes, row["p"], link.alpha_s, link.beta_s_per_byte)
+            assert np.isclose(mine, row["speedup"], rtol=1e-9), (
+                f"{link.name}, p={row['p']}: {mine:.3f} vs the lab's {row['speedup']:.3f} (25 MB buckets, "
+                "each paying 2(p-1) alpha)")
+            got.append(mine)
+    _ok(f"{len(got)} projections equal scaling.project's")
+    return got
+
+
+# ------------------------------------------------------------------ 07 scale
+def crossing_macs(fn: Callable, fits: Sequence[Mapping[str, Any]] = ()) -> int:
+    """Where two fitted lines cross, against lab.crossover.fit.crossover_macs, on the map's fits and on cases
+    where the technique always or never pays."""
+    from lab.crossover.fit import Line, crossover_macs
+
+    cases = [(0.5, 0.1, 0.8, 0.05), (0.5, 0.1, 0.4, 0.05), (0.5, 0.05, 0.8, 0.1), (0.5, 0.1, 0.5, 0.1),
+             (1.0, 0.2, 1.0, 0.1)]
+    cases += [(f["base_overhead_ms"], f["base_ms_per_mmac"], f["tech_overhead_ms"], f["tech_ms_per_mmac"])
+              for f in fits]
+    for c in cases:
+        mine, ref = fn(*c), crossover_macs(Line(c[0], c[1]), Line(c[2], c[3]))
+        same = (mine is None and ref is None) or (mine is not None and ref is not None and np.isclose(mine, ref))
+        assert same, f"lines {c}: {mine} vs the lab's {ref} (0.0: pays at every size, None: at none)"
+    _ok(f"{len(cases)} crossings equal lab.crossover.fit.crossover_macs")
+    return len(cases)
+
+
+def regime_of(fn: Callable) -> int:
+    """The regime tag of a grid of steps against lab.crossover.fit.regime (inference axis: 4 B per weight)."""
+    from lab.crossover.fit import Line, regime
+
+    n = 0
+    for overhead, step in ((0.1, 1.0), (0.6, 1.0), (0.5, 1.0), (0.05, 2.0)):
+        for macs, batch, params in ((1e3, 8, 1e5), (1e5, 64, 1e5), (1e4, 32, 1e6), (3.2e4, 1, 1e3)):
+            ref, _ = regime(Line(overhead, 0.0), step, macs, batch, int(params), "inference")
+            mine = fn(overhead, step, macs * batch, params * 4.0)
+            assert mine == ref, f"overhead {overhead} of {step} ms, {macs * batch:.3g} MACs, {params:.3g} params: " \
+                                f"{mine!r} vs the lab's {ref!r}"
+            n += 1
+    _ok(f"{n} steps tagged as lab.crossover.fit.regime tags them")
+    return n
+
+
+# ------------------------------------------------------------------ 08 doctor
+def amdahl_speedup(fn: Callable, shares: Mapping[str, float], rates: Mapping[str, float]) -> float:
+    """1 / sum(share / rate) against lab.doctor.amdahl's point estimate."""
+    from lab.doctor import Rate, amdahl
+
+    mine = float(fn(shares, rates))
+    ref, _, _ = amdahl(shares, {c: Rate(r, r * 0.9, r * 1.1, "exercise") for c, r in rates.items()})
+    assert np.isclose(mine, ref, rtol=1e-9), f"{mine:.4f}x vs lab.doctor.amdahl's {ref:.4f}x"
+    _ok(f"{mine:.3f}x, as lab.doctor.amdahl")
+    return mine
+
+
+def best_technique(fn: Callable, shares: Mapping[str, float],
+                   rates_by_technique: Mapping[str, Mapping[str, float]]) -> str:
+    """The technique whose lab.doctor.amdahl speedup is largest on ``shares``."""
+    from lab.doctor import Rate, amdahl
+
+    def point(rates: Mapping[str, float]) -> float:
+        return amdahl(shares, {c: Rate(r, r * 0.9, r * 1.1, "exercise") for c, r in rates.items()})[0]
+
+    mine = fn(shares, rates_by_technique)
+    ref = max(rates_by_technique, key=lambda t: point(rates_by_technique[t]))
+    assert mine == ref, f"{mine!r} ({point(rates_by_technique[mine]):.3f}x) vs {ref!r} " \
+                        f"({point(rates_by_technique[ref]):.3f}x): weigh each rate by its class's share"
+    _ok(f"{ref} first, predicted {point(rates_by_technique[ref]):.3f}x")
+    return mine

@@ -1,0 +1,173 @@
+"""Reference solutions of the notebooks' "your turn" cells, written by hand (torch / numpy only, no lab
+helper): the checkers in :mod:`lab.teach.checks` hold them, like a learner's answer, against the library.
+
+Each function keeps the name and signature of its notebook stub (:func:`lab.teach.use_solution` swaps by name).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+# ------------------------------------------------------------------ 01 data loading
+def prefetch(loader: Iterable, depth: int = 2) -> Iterator:
+    """Yield ``loader``'s batches in order while a thread reads ahead, holding at most ``depth`` batches."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+
+    def fill() -> None:
+        for batch in loader:
+            q.put(batch)  # blocks while `depth` batches wait: the bound
+        q.put(done)
+
+    threading.Thread(target=fill, daemon=True).start()
+    while (batch := q.get()) is not done:
+        yield batch
+
+
+def wait_fraction(step_times_ms: Mapping[str, Sequence[float]], skip: int = 1) -> float:
+    """Share of the time spent waiting for data: data wait over wait + forward + backward + optimizer."""
+    def total(phase: str) -> float:
+        return float(sum(step_times_ms.get(phase, [])[skip:]))
+
+    wait = total("data_wait")
+    return wait / (wait + total("forward") + total("backward") + total("optimizer"))
+
+
+# ------------------------------------------------------------------ 02 mixed precision
+def bf16_round(x: torch.Tensor) -> torch.Tensor:
+    """fp32 -> nearest bf16 (round half to even on the 16 dropped bits), returned as fp32 values."""
+    bits = x.float().contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    lsb = (bits >> 16) & 1  # the last kept bit: ties go to the even neighbour
+    rounded = ((bits + 0x7FFF + lsb) >> 16) << 16
+    nan = torch.isnan(x)
+    out = (rounded & 0xFFFFFFFF).to(torch.int64)
+    out = torch.where(out >= 2**31, out - 2**32, out).to(torch.int32).view(torch.float32)
+    return torch.where(nan, x.float(), out)
+
+
+def next_loss_scale(scale: float, found_inf: bool, good_steps: int, growth_interval: int = 2000,
+                    growth_factor: float = 2.0, backoff_factor: float = 0.5) -> tuple[float, int]:
+    """One dynamic loss-scale update: back off and restart the count on an overflow, grow after
+    ``growth_interval`` clean steps in a row. Returns ``(scale, good_steps)``."""
+    if found_inf:
+        return scale * backoff_factor, 0
+    good_steps += 1
+    if good_steps == growth_interval:
+        return scale * growth_factor, 0
+    return scale, good_steps
+
+
+# ------------------------------------------------------------------ 03 pruning
+def global_masks(weights: Mapping[str, torch.Tensor], amount: float) -> dict[str, torch.Tensor]:
+    """One magnitude threshold over all tensors: zero the ``amount`` smallest |w| of the lot."""
+    flat = torch.cat([w.detach().abs().flatten() for w in weights.values()])
+    k = round(amount * flat.numel())
+    if k == 0:
+        return {n: torch.ones_like(w) for n, w in weights.items()}
+    drop = torch.zeros_like(flat)
+    drop[torch.topk(flat, k, largest=False).indices] = 1
+    out, at = {}, 0
+    for n, w in weights.items():
+        out[n] = 1 - drop[at:at + w.numel()].view_as(w)
+        at += w.numel()
+    return out
+
+
+def per_layer_amounts(scan: Sequence[Mapping[str, Any]], dense_metric: float, budget_pt: float = 1.0
+                      ) -> dict[str, float]:
+    """Per layer, the largest scanned amount whose accuracy drop (in points) stays within ``budget_pt``."""
+    out: dict[str, float] = {}
+    for row in scan:
+        if 100 * (dense_metric - row["metric"]) <= budget_pt:
+            out[row["layer"]] = max(out.get(row["layer"], 0.0), row["amount"])
+        else:
+            out.setdefault(row["layer"], 0.0)
+    return out
+
+
+# ------------------------------------------------------------------ 04 quantization
+def quantize_per_channel_symmetric(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 codes and one scale per output channel (row): ``scale = max|w_row| / 127.5``, zero point 0,
+    codes ``clamp(round(w / scale), -128, 127)``."""
+    scales = w.detach().abs().amax(dim=tuple(range(1, w.dim()))).clamp_min(1e-12) / 127.5
+    shape = (-1,) + (1,) * (w.dim() - 1)
+    q = torch.clamp(torch.round(w / scales.view(shape)), -128, 127).to(torch.int8)
+    return q, scales
+
+
+def int8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A Linear as int8 runs it: x per tensor (uint8, asymmetric), weight per channel (int8, symmetric),
+    an integer matmul, then one rescale per output channel."""
+    lo, hi = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+    sx = (hi - lo) / 255 if hi > lo else 1.0
+    zx = int(min(max(-round(lo / sx), 0), 255))
+    qx = torch.clamp(torch.round(x / sx) + zx, 0, 255).to(torch.int64)
+    qw, sw = quantize_per_channel_symmetric(weight)
+    acc = (qx - zx) @ qw.to(torch.int64).T  # int32 accumulation in the real kernel
+    y = acc.to(torch.float32) * (sx * sw)
+    return y + bias if bias is not None else y
+
+
+# ------------------------------------------------------------------ 05 distributed
+def fit_ring(sizes_bytes: Sequence[float], times_s: Sequence[float], p: int) -> tuple[float, float]:
+    """alpha (s per hop) and beta (s per byte) of ``t = 2(p-1) alpha + 2(p-1)/p S beta``, least squares on
+    relative errors (each row weighted by 1 / t), both kept >= 0."""
+    s, t = np.asarray(sizes_bytes, float), np.asarray(times_s, float)
+    a = np.column_stack([np.full_like(s, 2 * (p - 1)), 2 * (p - 1) / p * s]) / t[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    return max(float(alpha), 0.0), max(float(beta), 1e-15)
+
+
+def ddp_speedup(compute_s: float, grad_bytes: float, p: int, alpha_s: float, beta_s_per_byte: float,
+                bucket_bytes: float = 25e6) -> float:
+    """Speedup of p workers at a fixed per-worker batch: p * compute / (compute + comm), the gradients sent
+    as ring all-reduces in buckets of ``bucket_bytes`` (each bucket pays the latency once), no overlap."""
+    def ring(size: float) -> float:
+        return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * size * beta_s_per_byte
+
+    n_full, rest = divmod(grad_bytes, bucket_bytes)
+    comm = n_full * ring(bucket_bytes) + (ring(rest) if rest > 0 else 0.0)
+    return p * compute_s / (compute_s + comm)
+
+
+# ------------------------------------------------------------------ 07 scale
+def crossing_macs(base_overhead_ms: float, base_ms_per_mmac: float, tech_overhead_ms: float,
+                  tech_ms_per_mmac: float) -> float | None:
+    """MACs per sample where the technique's line meets the baseline's: 0.0 when the technique is at
+    least as fast at every size, None when it never is."""
+    extra = tech_overhead_ms - base_overhead_ms
+    saved = base_ms_per_mmac - tech_ms_per_mmac
+    if extra <= 0 and saved >= 0 and not (extra == 0 and saved == 0):
+        return 0.0
+    if saved <= 0:
+        return None
+    return extra / saved * 1e6
+
+
+def regime_of(overhead_ms: float, step_ms: float, macs_per_step: float, weight_bytes: float) -> str:
+    """dispatch-bound when the fixed overhead is at least half the step, memory-bound below 8 MACs per
+    byte of weight traffic, else compute-bound."""
+    if step_ms <= 0 or overhead_ms / step_ms >= 0.5:
+        return "dispatch-bound"
+    if macs_per_step / max(weight_bytes, 1.0) < 8.0:
+        return "memory-bound"
+    return "compute-bound"
+
+
+# ------------------------------------------------------------------ 08 doctor
+def amdahl_speedup(shares: Mapping[str, float], rates: Mapping[str, float]) -> float:
+    """1 / sum(share_c / rate_c): classes without a rate keep their time."""
+    rest = 1.0 - sum(shares.get(c, 0.0) for c in rates)
+    return 1.0 / (rest + sum(shares.get(c, 0.0) / r for c, r in rates.items()))
+
+
+def best_technique(shares: Mapping[str, float], rates_by_technique: Mapping[str, Mapping[str, float]]) -> str:
+    """The technique with the largest Amdahl speedup on this breakdown."""
+    return max(rates_by_technique, key=lambda t: amdahl_speedup(shares, rates_by_technique[t]))

@@ -1,0 +1,110 @@
+"""The notebooks' exercises: every checker passes on its reference solution and fails on a wrong answer
+(a checker that cannot fail checks nothing); LAB_SOLUTIONS swaps a stub for the reference by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lab import teach
+from lab.teach import checks as C
+from lab.teach import solutions as S
+
+STEPS = {"data_wait": [9.0, 1.0, 2.0], "forward": [1.0, 2.0, 3.0], "backward": [1.0, 1.0, 1.0],
+         "optimizer": [0.5, 0.5, 0.5]}
+SIZES = [1e3, 1e4, 1e5, 1e6, 4e6]
+TIMES = [2 * 50e-6 + s * 1.1e-9 for s in SIZES]
+SHARES = {"matmul": 0.6, "elementwise": 0.2}
+TECHS = {"bf16": {"matmul": 2.0}, "compile": {"elementwise": 3.0}}
+
+
+def _scan():
+    rows = []
+    for layer, drops in (("0.weight", (0, 0.2, 3.0)), ("2.weight", (0, 0.1, 0.5)), ("4.weight", (0, 2.0, 9.0))):
+        rows += [{"layer": layer, "amount": a, "metric": 0.9 - d / 100}
+                 for a, d in zip((0.0, 0.5, 0.9), drops, strict=True)]
+    return rows
+
+
+MODEL = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 4))
+
+
+def _wrong_prefetch(loader, depth=2):
+    return list(loader)  # reads everything first: a list, no overlap
+
+
+def _unbounded_prefetch(loader, depth=2):
+    yield from S.prefetch(loader, depth=10_000)
+
+
+def _naive_crossing(bo, bc, to, tc):
+    return (to - bo) / (bc - tc) * 1e6 if bc != tc else None  # no "always" / "never" case
+
+
+CASES = {  # name: (check with the reference, check with a wrong answer)
+    "prefetch": (lambda: C.prefetch(S.prefetch), lambda: C.prefetch(_wrong_prefetch)),
+    "prefetch-unbounded": (lambda: C.prefetch(S.prefetch, 1), lambda: C.prefetch(_unbounded_prefetch, 1)),
+    "wait_fraction": (lambda: C.wait_fraction(S.wait_fraction, STEPS),
+                      lambda: C.wait_fraction(lambda st: S.wait_fraction(st, skip=0), STEPS)),
+    "bf16_round": (lambda: C.bf16_round(S.bf16_round),
+                   lambda: C.bf16_round(lambda x: (x.view(torch.int32) & -65536).view(torch.float32))),  # truncation
+    "next_loss_scale": (lambda: C.next_loss_scale(S.next_loss_scale),
+                        lambda: C.next_loss_scale(lambda s, inf, g, n: S.next_loss_scale(s, inf, g, n + 1))),
+    "global_masks": (lambda: C.global_masks(S.global_masks),
+                     lambda: C.global_masks(lambda ws, a: {n: S.global_masks({n: w}, a)[n] for n, w in ws.items()})),
+    "per_layer_amounts": (
+        lambda: C.per_layer_amounts(S.per_layer_amounts(_scan(), 0.9), _scan(), 0.9, MODEL),
+        lambda: C.per_layer_amounts({"0.weight": 0.5, "2.weight": 0.5, "4.weight": 0.5}, _scan(), 0.9, MODEL)),
+    "per_layer_amounts-over-budget": (
+        lambda: None,
+        lambda: C.per_layer_amounts({"0.weight": 0.9, "2.weight": 0.9, "4.weight": 0.9}, _scan(), 0.9, MODEL)),
+    "quantize_per_channel_symmetric": (
+        lambda: C.quantize_per_channel_symmetric(S.quantize_per_channel_symmetric),
+        lambda: C.quantize_per_channel_symmetric(lambda w: (lambda q, s: (q, s * 127.5 / 127))(
+            *S.quantize_per_channel_symmetric(w)))),
+    "int8_linear": (lambda: C.int8_linear(S.int8_linear),
+                    lambda: C.int8_linear(lambda x, w, b: S.int8_linear(x, w, None))),  # bias forgotten
+    "fit_ring": (lambda: C.fit_ring(S.fit_ring, SIZES, TIMES),
+                 lambda: C.fit_ring(lambda s, t, p: S.fit_ring(s, t, p + 1), SIZES, TIMES)),
+    "ddp_speedup": (lambda: C.ddp_speedup(S.ddp_speedup, 0.01, 60e6),
+                    lambda: C.ddp_speedup(lambda c, g, p, a, b: S.ddp_speedup(c, g, p, a, b, bucket_bytes=1e12),
+                                          0.01, 60e6)),  # one bucket: too few latencies
+    "crossing_macs": (lambda: C.crossing_macs(S.crossing_macs),
+                      lambda: C.crossing_macs(_naive_crossing)),
+    "regime_of": (lambda: C.regime_of(S.regime_of),
+                  lambda: C.regime_of(lambda o, s, m, b: "compute-bound" if o / s < 0.5 else "dispatch-bound")),
+    "amdahl_speedup": (lambda: C.amdahl_speedup(S.amdahl_speedup, SHARES, {"matmul": 2.0}),
+                       lambda: C.amdahl_speedup(lambda sh, r: 2.0, SHARES, {"matmul": 2.0})),
+    "best_technique": (lambda: C.best_technique(S.best_technique, SHARES, TECHS),
+                       lambda: C.best_technique(lambda sh, r: max(r, key=lambda t: max(r[t].values())), SHARES, TECHS)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_checker_passes_on_the_reference_and_fails_on_a_wrong_answer(name):
+    right, wrong = CASES[name]
+    right()
+    with pytest.raises(AssertionError):
+        wrong()
+
+
+def test_every_solution_has_a_checker_and_a_case():
+    public = {n for n in dir(S) if not n.startswith("_") and callable(getattr(S, n))
+              and getattr(S, n).__module__ == S.__name__}
+    assert public <= {n for n in dir(C) if not n.startswith("_")}
+    assert public <= {n.split("-")[0] for n in CASES}
+
+
+def test_lab_solutions_swaps_a_stub_for_the_reference_by_name(monkeypatch):
+    def bf16_round(x):
+        raise NotImplementedError("your turn")
+
+    monkeypatch.setenv("LAB_SOLUTIONS", "1")
+    assert teach.use_solution(bf16_round) is S.bf16_round
+    monkeypatch.setenv("LAB_SOLUTIONS", "0")
+    assert teach.use_solution(bf16_round) is bf16_round
+    monkeypatch.delenv("LAB_SOLUTIONS")
+    assert teach.use_solution(bf16_round) is bf16_round
+    with pytest.raises(NotImplementedError):
+        C.bf16_round(teach.use_solution(bf16_round))
