@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 # Each suite compiles into its own Inductor cache (.cache/, not tracked): never the per-user /tmp one that every
 # other torch process on the machine shares, and never the capped suite's.
 test: venv
-	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor LAB_FAST=1 $(PY) -m pytest $(PYTEST_ARGS)
+	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor LAB_FAST=1 LAB_SOLUTIONS=1 $(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-avx2
 
 # The `capability` tests (tests/conftest.py) with ATen's and oneDNN's kernels capped at AVX2: no AVX-512, VNNI,
@@ -39,7 +39,7 @@ dashboard: venv
 
 lab: venv
 	$(PY) -m pip install --quiet -e '.[lab]'  # the pinned JupyterLab (the tests need only ipykernel)
-	$(PY) -m jupyter lab notebooks/ --ip 127.0.0.1
+	$(PY) -m jupyter lab notebooks/ --ip 127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root)  # Jupyter exits as root without it
 
 bench: venv
 	$(PY) -m lab bench
