@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.lab-installed
 PORT   ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-avx2 test-fast dashboard lab bench bench-quick bench-gpu quality clean
+.PHONY: venv docs test test-avx2 test-fast dashboard lab bench bench-quick bench-gpu quality clean
 
 venv: $(STAMP)
 
@@ -16,11 +16,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The whole suite: unit tests, then the notebooks under nbval (tiny sizes via LAB_FAST=1); then the tests whose
-# expectation depends on the CPU once more as an AVX2-only machine sees them (test-avx2).
+# The manual: docs/ (mkdocs.yml) into .cache/site (not tracked). --strict: a broken link or anchor, or a page left
+# out of the nav, fails the build. `make test` builds it first (about a second), so CI checks it.
+docs: venv
+	$(PY) -m mkdocs build --strict --site-dir .cache/site
+
+# The whole suite: the docs (make docs), then unit tests, then the notebooks under nbval (tiny sizes via
+# LAB_FAST=1); then the tests whose expectation depends on the CPU once more as an AVX2-only machine sees them
+# (test-avx2).
 # Each suite compiles into its own Inductor cache (.cache/, not tracked): never the per-user /tmp one that every
 # other torch process on the machine shares, and never the capped suite's.
-test: venv
+test: venv docs
 	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor LAB_FAST=1 LAB_SOLUTIONS=1 $(PY) -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-avx2
 

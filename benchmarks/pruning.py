@@ -123,7 +123,7 @@ def semi_structured_figures() -> list[dict]:
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     # One seed at small keeps the full report inside 20 minutes on 2 cores; the seed-to-seed spread of each
-    # workload is measured in the README (lab core) and by benchmarks/stacked.py.
+    # workload is stated in docs/workloads.md and measured by benchmarks/stacked.py.
     size, seeds = ("tiny", 1) if args.quick else ("small", 1)
     t0 = time.perf_counter()  # the whole benchmark's wall time, one event: a figure of its own, not a timing loop
     figs: list[dict] = []

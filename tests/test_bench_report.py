@@ -1,4 +1,5 @@
-"""The performance report: combining benchmark JSON, reproduction checks, markdown and the README block."""
+"""The performance report: combining benchmark JSON, reproduction checks, markdown and the results page's
+block (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,25 @@ def test_update_readme_rewrites_only_the_marked_block(tmp_path):
     plain = tmp_path / "PLAIN.md"
     plain.write_text("no markers")
     assert not br.update_readme(plain, results) and plain.read_text() == "no markers"
+
+
+def test_update_readme_on_a_docs_page_names_each_report_as_a_code_span_not_a_link(tmp_path):
+    # MkDocs --strict fails on a link that leaves docs/, so from docs/results.md a report is a path, not a link.
+    results = tmp_path / "benchmarks" / "results"
+    _write(results / "test-cpu-2c", "stacked", [_fig("best stack", 2.5, ci=[2.3, 2.7], goal=">= 3x", met=False)])
+    br.write_report(results / "test-cpu-2c")
+    page = tmp_path / "docs" / "results.md"
+    page.parent.mkdir()
+    page.write_text(f"intro\n{br.README_START}\nold table\n{br.README_END}\noutro\n")
+    assert br.update_readme(page, results)
+    text = page.read_text()
+    assert "**test-cpu-2c** (`benchmarks/results/test-cpu-2c/report.md`): Test CPU" in text
+    assert "](" not in text and "| stacked | best stack | 2.5 x |" in text
+
+
+def test_the_repository_results_page_holds_the_report_markers():
+    text = br.RESULTS_PAGE.read_text()
+    assert text.count(br.README_START) == 1 and text.count(br.README_END) == 1
 
 
 def test_cli_report_only(tmp_path, capsys):

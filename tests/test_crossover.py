@@ -107,7 +107,7 @@ def test_another_machines_figures_are_never_shown_as_this_machines() -> None:
     assert mine in note and "lab crossover --quick" in note
 
 
-def test_the_readme_block_is_regenerated_between_its_markers_and_nowhere_else(tmp_path) -> None:
+def test_the_results_page_block_is_regenerated_between_its_markers_and_nowhere_else(tmp_path) -> None:
     import json
 
     from lab.crossover.report import write_cross_hardware
@@ -115,14 +115,24 @@ def test_the_readme_block_is_regenerated_between_its_markers_and_nowhere_else(tm
     (tmp_path / "r" / "box").mkdir(parents=True)
     (tmp_path / "r" / "box" / "crossover.json").write_text(json.dumps(
         {"quick": True, "env": {"hardware_id": "box"}, "rows": [_row("mlp", "s", "bf16", "inference", 1.5, 1.2)]}))
-    readme = tmp_path / "README.md"
-    readme.write_text("before\n<!-- cross-hardware:start (generated) -->\nold table\n"
-                      "<!-- cross-hardware:end -->\nafter\n")
-    assert write_cross_hardware(readme, tmp_path / "r")
-    once = readme.read_text()
+    page = tmp_path / "docs" / "results.md"
+    page.parent.mkdir()
+    page.write_text("before\n<!-- cross-hardware:start (generated) -->\nold table\n"
+                    "<!-- cross-hardware:end -->\nafter\n")
+    assert write_cross_hardware(page, tmp_path / "r")
+    once = page.read_text()
     assert once.startswith("before\n<!-- cross-hardware:start (generated) -->\n| technique") and "old table" not in once
     assert once.endswith("<!-- cross-hardware:end -->\nafter\n") and "| bf16 | inference | 1.50×" in once
-    assert write_cross_hardware(readme, tmp_path / "r") and readme.read_text() == once  # idempotent
+    assert write_cross_hardware(page, tmp_path / "r") and page.read_text() == once  # idempotent
     assert "box (quick map)" in (tmp_path / "r" / "cross-hardware.md").read_text()
-    readme.write_text("no markers\n")
-    assert not write_cross_hardware(readme, tmp_path / "r") and readme.read_text() == "no markers\n"
+    page.write_text("no markers\n")
+    assert not write_cross_hardware(page, tmp_path / "r") and page.read_text() == "no markers\n"
+
+
+def test_the_repository_results_page_holds_the_cross_hardware_markers() -> None:
+    from lab.bench import RESULTS_PAGE
+    from lab.crossover.report import CROSS_END, CROSS_START
+
+    text = RESULTS_PAGE.read_text()
+    assert text.count(CROSS_START) == 1 and text.count(CROSS_END) == 1
+    assert text.index(CROSS_START) < text.index(CROSS_END)

@@ -108,8 +108,9 @@ def _cell(r: dict[str, Any] | None) -> str:
 
 
 def markdown_table(the_map: dict[str, Any]) -> str:
-    """The README's table: per technique x axis x workload the smallest and largest measured rung with CI,
-    and the measured and predicted crossovers; then the plain-PyTorch check of the dense ladder."""
+    """The crossover page's table (docs/crossover.md): per technique x axis x workload the smallest and
+    largest measured rung with CI, and the measured and predicted crossovers; then the plain-PyTorch check of
+    the dense ladder."""
     rows = [r for r in the_map["rows"] if r["speedup"] is not None]
     cross = {(c["workload"], c["technique"], c["axis"]): c for c in the_map["crossovers"]}
     lines = ["| technique | axis | workload | smallest rung: speedup [95 % CI] | largest rung: speedup [95 % CI] "
@@ -213,20 +214,21 @@ CROSS_START = "<!-- cross-hardware:start"
 CROSS_END = "<!-- cross-hardware:end -->"
 
 
-def write_cross_hardware(readme: str | Path, results_root: str | Path) -> bool:
+def write_cross_hardware(page: str | Path, results_root: str | Path) -> bool:
     """Regenerate the technique x machine table from every ``results_root/*/crossover.json``: into
-    ``results_root/cross-hardware.md`` (the report across machines) and between the README's cross-hardware
-    markers. Returns False (README left as it is) when the README has no markers."""
+    ``results_root/cross-hardware.md`` (the report across machines) and between ``page``'s cross-hardware
+    markers (the results page, docs/results.md, section "Techniques across machines"). Returns False (the
+    page left as it is) when the page has no markers."""
     table = cross_hardware_table(load_maps(results_root))
     Path(results_root, "cross-hardware.md").write_text("# Techniques across machines\n\n" + table + "\n")
-    readme = Path(readme)
-    text = readme.read_text()
+    page = Path(page)
+    text = page.read_text()
     if CROSS_START not in text or CROSS_END not in text:
         return False
     head, rest = text.split(CROSS_START, 1)
     marker_line, _, rest = rest.partition("\n")
     _, tail = rest.split(CROSS_END, 1)
-    readme.write_text(f"{head}{CROSS_START}{marker_line}\n{table}\n{CROSS_END}{tail}")
+    page.write_text(f"{head}{CROSS_START}{marker_line}\n{table}\n{CROSS_END}{tail}")
     return True
 
 

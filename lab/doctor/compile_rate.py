@@ -1,17 +1,17 @@
 """What ``torch.compile`` buys and costs on this machine, measured on the spot at the model's activation shape.
 
 Why not a prior: compile's effect is two numbers of opposite sign, and on a small step the wrong one wins. It
-*saves*, per fusable op (elementwise, normalisation, reduction, in forward and backward), that op's eager cost
-(its kernel reading and writing memory, its dispatch and module call) minus its share of one fused kernel;
-it *adds*, per step, a fixed price for calling compiled graphs (Dynamo's guards, AOTAutograd's wrappers, the
-generated code's Python). On the README's 1 ms MLP the second is larger than the first, and compile measured
-0.7x per step. Both are read off a chain of cheap elementwise modules at the shape of the model's largest Linear
-output, eager vs compiled, forward + backward, at two lengths (1 and :data:`CHAIN_OPS`): the slope is the
-saving per op, the intercept the fixed price (:func:`compile_cost`). What the intercept holds besides guards
-and wrappers: at a large activation shape, the generated kernel's own pass over memory (here a compiled
-single ReLU over 2048 x 128 ran ~10x slower than aten's), which a model pays once per fused kernel, not once
-per step; so on large activations the prediction is rough. The compile time itself (caches off) gives a fixed
-and a per-op part, from which :mod:`lab.doctor.predict` states the break-even steps.
+*saves*, per fusable op (elementwise, normalisation, reduction, in forward and backward), that op's eager cost (its
+kernel reading and writing memory, its dispatch and module call) minus its share of one fused kernel; it *adds*, per
+step, a fixed price for calling compiled graphs (Dynamo's guards, AOTAutograd's wrappers, the generated code's
+Python). On an MLP whose step takes 1 ms the second is larger than the first, and compile measured 0.7x per step.
+Both are read off a chain of cheap elementwise modules at the shape of the model's largest Linear output, eager vs
+compiled, forward + backward, at two lengths (1 and :data:`CHAIN_OPS`): the slope is the saving per op, the
+intercept the fixed price (:func:`compile_cost`). What the intercept holds besides guards and wrappers: at a large
+activation shape, the generated kernel's own pass over memory (here a compiled single ReLU over 2048 x 128 ran ~10x
+slower than aten's), which a model pays once per fused kernel, not once per step; so on large activations the
+prediction is rough. The compile time itself (caches off) gives a fixed and a per-op part, from which
+:mod:`lab.doctor.predict` states the break-even steps.
 """
 
 from __future__ import annotations

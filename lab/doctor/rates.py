@@ -236,7 +236,7 @@ def precision_rates(shapes: Shapes, dtypes: Sequence[str]) -> dict[tuple[str, st
     """``{(dtype, layer kind): Rate}``: fp32 vs autocast forward + backward of each dominant layer at its input
     shape, from an fp32 input (the layer pays its casts, as under autocast in a real step). A variant that fed
     an input already in the low precision (as a later layer of a conv stack sees it) predicted worse on this
-    machine's Linear models (README, Doctor), so it was dropped."""
+    machine's Linear models (docs/doctor.md), so it was dropped."""
     out: dict[tuple[str, str], Rate] = {}
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for kind in ("linear", "conv", "rnn"):

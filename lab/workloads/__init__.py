@@ -6,7 +6,7 @@ streams) and ``mlp`` (a plain MLP on teacher-labelled rows: the crossover map's 
 ``register_workload``, the same door a user's own workload goes through, from Python, from a spec
 (``module:NAME`` / ``file.py:NAME``, see :mod:`.spec`), from ``LAB_WORKLOADS`` or from a ``lab.workloads``
 entry point. Each built-in has a model-size ladder (``Workload.scales``, issue 15).
-Notebooks: ``notebooks/00_tour.ipynb``, ``notebooks/07_scale.ipynb``; README "Bring your own workload".
+Notebooks: ``notebooks/00_tour.ipynb``, ``notebooks/07_scale.ipynb``; docs/workloads.md "Bring your own workload".
 """
 
 from __future__ import annotations
