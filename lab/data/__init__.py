@@ -115,20 +115,12 @@ def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, lis
 def _replay_step_ms(ctx: TrainContext) -> float | None:
     """The ideal bound measured: ``REPLAY_STEPS`` batches read first (untimed), then trained from memory on a
     fresh copy of the run's model through ``ctx.fit`` (same optimizer, precision, compile and doors)."""
-    from lab.data.studies.stalls import stall_summary
+    from lab.data.studies.stalls import replay_cached, stall_summary
 
-    loader = ctx.make_loader()
-    loader.set_epoch(0)
-    batches = []
-    for batch in loader:
-        batches.append(batch)
-        if len(batches) == REPLAY_STEPS:
-            break
-    if len(batches) <= ctx.cfg.warmup_steps + 1:
+    stats = replay_cached(ctx, REPLAY_STEPS, lambda: _doors_before_training(ctx, ctx.new_model()),
+                          phase="ideal_replay", fewest=ctx.cfg.warmup_steps + 2)
+    if stats is None:
         return None
-    model, hooks = _doors_before_training(ctx, ctx.new_model())
-    stats = ctx.fit(model, epochs=1, lr=ctx.resolved.lr, max_steps=len(batches), step_hooks=hooks,
-                    loader=CachedLoader(batches), phase="ideal_replay")
     times = {k: v[ctx.cfg.warmup_steps:] for k, v in stats.step_times_ms.items()}
     summary = stall_summary(times, skip=0)
     return summary["compute_ms"] + summary["data_wait_ms"]

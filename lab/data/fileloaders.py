@@ -28,7 +28,7 @@ from lab.config import DataConfig
 from lab.data.decode import Augment, decode_png, to_model_input
 from lab.data.files import FileSet
 from lab.data.prefetch import DevicePrefetcher, ThreadPrefetcher
-from lab.data.sampler import ShuffledBatchSampler
+from lab.data.sampler import FollowsOrder, ShuffledBatchSampler
 
 Batch = tuple[torch.Tensor, ...]
 N_STATS = 6  # bytes, files, read_s, decode_s, cpu_s, worker
@@ -190,20 +190,11 @@ class ReadStats:
                 "process_cpu_s": self.process_cpu_s}
 
 
-class FileLoader:
+class FileLoader(FollowsOrder):
     """The naive file loader: the training thread reads and decodes each batch, then steps."""
 
     def __init__(self, dataset: FileBatchDataset, sampler: ShardedBatchSampler, stats: ReadStats) -> None:
         self.dataset, self.sampler, self.stats = dataset, sampler, stats
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
-    def skip(self, batches: int) -> None:
-        self.sampler.skip(batches)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
 
     def __iter__(self) -> Iterator[Batch]:
         cpu0 = time.process_time()
@@ -216,18 +207,12 @@ class FileLoader:
             self.stats.process_cpu_s += time.process_time() - cpu0
 
 
-class FileDataLoader(DataLoader):
+class FileDataLoader(DataLoader, FollowsOrder):
     """``torch.utils.data.DataLoader`` over :class:`FileBatchDataset`: workers read and decode."""
 
     def __init__(self, *args, stats: ReadStats, pin: bool = False, **kwargs) -> None:  # noqa: ANN002, ANN003
         super().__init__(*args, **kwargs)
         self.stats, self.pin = stats, pin
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)  # type: ignore[union-attr]
-
-    def skip(self, batches: int) -> None:
-        self.sampler.skip(batches)  # type: ignore[union-attr]
 
     def __iter__(self) -> Iterator[Batch]:  # type: ignore[override]
         cpu0 = time.process_time()

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lab.config import DataConfig
 from lab.data.prefetch import DevicePrefetcher, EmulatedBatchDataset, NaiveLoader, ThreadPrefetcher
-from lab.data.sampler import InMemoryLoader, ShuffledBatchSampler
+from lab.data.sampler import FollowsOrder, InMemoryLoader, ShuffledBatchSampler
 from lab.registry import LOADERS
 
 Batch = tuple[torch.Tensor, ...]
@@ -36,14 +36,8 @@ class TensorBatchDataset(Dataset):
         return tuple(t[idx] for t in self.tensors)
 
 
-class _EpochDataLoader(DataLoader):
-    """DataLoader whose batch order follows ``set_epoch`` like the other loaders."""
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)  # type: ignore[union-attr]
-
-    def skip(self, batches: int) -> None:
-        self.sampler.skip(batches)  # type: ignore[union-attr]
+class _EpochDataLoader(DataLoader, FollowsOrder):
+    """DataLoader whose batch order follows ``set_epoch`` (and ``skip``) like the other loaders."""
 
 
 def make_loader(tensors: Sequence[torch.Tensor], cfg: DataConfig, batch_size: int, *, seed: int = 0,

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from lab.data.sampler import InMemoryLoader
+from lab.data.sampler import FollowsOrder, InMemoryLoader
 from lab.data.storage import StoragePreset, pay, preset
 
 Batch = tuple[torch.Tensor, ...]
@@ -75,7 +75,7 @@ def seed_prefetch_as_written(loader: Iterable[Batch], depth: int) -> list[Batch]
     return buffer
 
 
-class ThreadPrefetcher:
+class ThreadPrefetcher(FollowsOrder):
     """Wraps any loader; a background thread keeps up to ``depth`` batches ready. Yields the wrapped
     loader's batches in its order, re-raises the reader's exception in the training loop, and stops the
     thread when the consumer stops early (``max_steps``)."""
@@ -86,14 +86,9 @@ class ThreadPrefetcher:
         self.loader, self.depth = loader, depth
         self.max_queued = 0  # the largest number of batches held at once: the memory the depth costs
 
-    def set_epoch(self, epoch: int) -> None:
-        self.loader.set_epoch(epoch)
-
-    def skip(self, batches: int) -> None:
-        self.loader.skip(batches)
-
-    def __len__(self) -> int:
-        return len(self.loader)
+    @property
+    def order(self):  # noqa: ANN201
+        return self.loader
 
     def __iter__(self) -> Iterator[Batch]:
         q: queue.Queue = queue.Queue(maxsize=self.depth)
@@ -135,7 +130,7 @@ class ThreadPrefetcher:
             thread.join(timeout=5)
 
 
-class DevicePrefetcher:
+class DevicePrefetcher(FollowsOrder):
     """Copies the next batch to the GPU on a side CUDA stream (pinned memory, ``non_blocking``) while the
     current step runs. On a CPU device it is a pass-through. The training loop's own ``.to(device)`` is then
     a no-op, because the tensors are already there."""
@@ -144,14 +139,9 @@ class DevicePrefetcher:
         self.loader = loader
         self.device = torch.device(device) if device is not None else torch.device("cpu")
 
-    def set_epoch(self, epoch: int) -> None:
-        self.loader.set_epoch(epoch)
-
-    def skip(self, batches: int) -> None:
-        self.loader.skip(batches)
-
-    def __len__(self) -> int:
-        return len(self.loader)
+    @property
+    def order(self):  # noqa: ANN201
+        return self.loader
 
     def __iter__(self) -> Iterator[Batch]:
         if self.device.type != "cuda":

@@ -47,20 +47,30 @@ class ShuffledBatchSampler(Sampler[torch.Tensor]):
             yield order[i * self.batch_size:(i + 1) * self.batch_size]
 
 
-class InMemoryLoader:
+class FollowsOrder:
+    """The base of every loader wrapper in :mod:`lab.data`: its batch order lives in :attr:`order` (by default
+    ``self.sampler``; a prefetcher's is the loader it wraps), so ``set_epoch``, ``skip`` (start a resumed epoch
+    mid-way) and ``len`` go there. A ``DataLoader`` subclass lists ``DataLoader`` first and keeps its own ``len``."""
+
+    @property
+    def order(self):  # noqa: ANN201 - a sampler or a loader: anything with set_epoch, skip and len
+        return self.sampler  # type: ignore[attr-defined]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.order.set_epoch(epoch)
+
+    def skip(self, batches: int) -> None:
+        self.order.skip(batches)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+class InMemoryLoader(FollowsOrder):
     """The fastest possible loader on one core: index-slice tensors already in memory."""
 
     def __init__(self, tensors: Sequence[torch.Tensor], sampler: ShuffledBatchSampler) -> None:
         self.tensors, self.sampler = tuple(tensors), sampler
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
-    def skip(self, batches: int) -> None:
-        self.sampler.skip(batches)
-
-    def __len__(self) -> int:
-        return len(self.sampler)
 
     def __iter__(self) -> Iterator[Batch]:
         for idx in self.sampler:

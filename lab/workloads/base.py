@@ -33,6 +33,16 @@ class Rung:
     speed_only: bool = False
 
 
+def ladder(**models: dict) -> dict[str, Rung]:
+    """A model-size ladder ``{rung: Rung}`` from each rung's ``SizeSpec.model`` overrides, named by
+    :data:`SCALE_NAMES` and given smallest first; the largest rung (``xl``) is speed-only, as every
+    built-in's is (it would not converge on a 2-core CPU in the size's epochs)."""
+    unknown = sorted(set(models) - set(SCALE_NAMES))
+    if unknown:
+        raise ValueError(f"unknown model-scale rung(s) {unknown}; rungs are " + ", ".join(SCALE_NAMES))
+    return {name: Rung(model, speed_only=name == SCALE_NAMES[-1]) for name, model in models.items()}
+
+
 @dataclass(frozen=True)
 class SizeSpec:
     """Everything that changes between sizes; the factories read ``model`` / ``data`` kwargs from here.

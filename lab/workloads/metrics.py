@@ -1,10 +1,13 @@
-"""Metrics the workloads share: rank-based AUC and top-1 accuracy, on CPU tensors or numpy arrays."""
+"""Metrics the workloads share: rank-based AUC and top-1 accuracy, on CPU tensors or numpy arrays; and
+:func:`classifier`, the workload every built-in but ``ctr`` is: top-1 accuracy under cross-entropy."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from .base import Workload
 
 
 def roc_auc(scores: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor) -> float:
@@ -36,3 +39,10 @@ def classification_metrics(outputs: torch.Tensor, target: torch.Tensor) -> dict[
     """Top-1 accuracy and the cross-entropy loss over a whole split."""
     logits = outputs.detach().float()
     return {"accuracy": top1_accuracy(logits, target), "loss": float(F.cross_entropy(logits, target))}
+
+
+def classifier(**fields: object) -> Workload:
+    """A :class:`~lab.workloads.base.Workload` that classifies: cross-entropy loss, scored by top-1
+    ``accuracy`` (higher is better); ``fields`` are the rest of the workload (name, data, model, sizes ...)."""
+    return Workload(metric_name="accuracy", loss=classification_loss, evaluate=classification_metrics,
+                    **fields)  # type: ignore[arg-type]

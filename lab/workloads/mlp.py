@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Datasets, Rung, SizeSpec, Workload
-from .metrics import classification_loss, classification_metrics
+from .base import Datasets, SizeSpec, ladder
+from .metrics import classifier
 
 N_FEATURES, N_CLASSES = 256, 10
 
@@ -78,20 +78,13 @@ SIZES = {
 
 #: Model-size ladder (issue 15): the hidden width of 256 -> w -> w -> 10 (issue 15's table at 32, 128, 512,
 #: 1024), ~10 k -> ~7.2 M parameters on the same rows. xl is speed-only: it would not converge on 2 cores.
-SCALES = {
-    "xs": Rung({"width": 32}),
-    "s": Rung({"width": 128}),
-    "m": Rung({"width": 512}),
-    "l": Rung({"width": 1024}),
-    "xl": Rung({"width": 2560}, speed_only=True),
-}
+SCALES = ladder(xs={"width": 32}, s={"width": 128}, m={"width": 512}, l={"width": 1024}, xl={"width": 2560})
 
-WORKLOAD = Workload(
+WORKLOAD = classifier(
     name="mlp",
     description="MLP 256 -> w -> w -> 10 on teacher-labelled Gaussian rows: the dense reference ladder.",
     chance=1.0 / N_CLASSES,
-    sizes=SIZES, make_data=_make_data, make_model=_make_model, metric_name="accuracy",
-    loss=classification_loss, evaluate=classification_metrics, scales=SCALES,
+    sizes=SIZES, make_data=_make_data, make_model=_make_model, scales=SCALES,
     reference={
         "tiny": "accuracy above the majority class within a few seconds; for tests",
         "small": "256 -> 256 -> 256 -> 10 on 32k rows",

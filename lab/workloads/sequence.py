@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Datasets, Rung, SizeSpec, Workload
-from .metrics import classification_loss, classification_metrics
+from .base import Datasets, SizeSpec, ladder
+from .metrics import classifier
 
 # Ordered (first, second) event per class: 0 = pattern A, 1 = pattern B.
 CLASS_ORDER: tuple[tuple[int, int], ...] = ((0, 1), (1, 0), (0, 0), (1, 1))
@@ -105,20 +105,15 @@ SIZES = {
 
 #: Model-size ladder (issue 15): LSTM hidden size, then a second layer; ~3.6 k -> ~7.4 M parameters on the
 #: same 10 x 100 sequences.
-SCALES = {
-    "xs": Rung({"hidden": 8, "num_layers": 1}),
-    "s": Rung({"hidden": 32, "num_layers": 1}),
-    "m": Rung({"hidden": 128, "num_layers": 1}),
-    "l": Rung({"hidden": 384, "num_layers": 1}),
-    "xl": Rung({"hidden": 768, "num_layers": 2}, speed_only=True),
-}
+SCALES = ladder(xs={"hidden": 8, "num_layers": 1}, s={"hidden": 32, "num_layers": 1},
+                m={"hidden": 128, "num_layers": 1}, l={"hidden": 384, "num_layers": 1},
+                xl={"hidden": 768, "num_layers": 2})
 
-WORKLOAD = Workload(
+WORKLOAD = classifier(
     name="sequence",
     description="LSTM (seed 002) on 10 x 100 sequences whose class is the order of two planted events.",
     chance=1.0 / len(CLASS_ORDER),
-    sizes=SIZES, make_data=_make_data, make_model=_make_model, metric_name="accuracy",
-    loss=classification_loss, evaluate=classification_metrics, scales=SCALES,
+    sizes=SIZES, make_data=_make_data, make_model=_make_model, scales=SCALES,
     # Measured with the plain Adam loop, torch 2.13 CPU, 2 threads, data seeds 0-2.
     reference={
         "tiny": "accuracy 0.25 -> ~0.84 in ~0.5 s; for tests",

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Datasets, Rung, SizeSpec, Workload
-from .metrics import classification_loss, classification_metrics
+from .base import Datasets, SizeSpec, ladder
+from .metrics import classifier
 from .sequence import CLASS_ORDER
 
 #: Reserved token ids: the two event tokens and the distractor; noise tokens are the rest of the vocabulary.
@@ -91,20 +91,15 @@ SIZES = {
 }
 
 #: Model-size ladder (issue 15): width, then depth; ~5 k -> ~9.5 M parameters on the same token streams.
-SCALES = {
-    "xs": Rung({"d_model": 16, "num_layers": 1, "heads": 2}),
-    "s": Rung({"d_model": 64, "num_layers": 2, "heads": 4}),
-    "m": Rung({"d_model": 128, "num_layers": 4, "heads": 4}),
-    "l": Rung({"d_model": 256, "num_layers": 4, "heads": 8}),
-    "xl": Rung({"d_model": 512, "num_layers": 3, "heads": 8}, speed_only=True),
-}
+SCALES = ladder(xs={"d_model": 16, "num_layers": 1, "heads": 2}, s={"d_model": 64, "num_layers": 2, "heads": 4},
+                m={"d_model": 128, "num_layers": 4, "heads": 4}, l={"d_model": 256, "num_layers": 4, "heads": 8},
+                xl={"d_model": 512, "num_layers": 3, "heads": 8})
 
-WORKLOAD = Workload(
+WORKLOAD = classifier(
     name="transformer",
     description="Transformer encoder on 32-token streams whose class is the order of two planted tokens.",
     chance=1.0 / len(CLASS_ORDER),
-    sizes=SIZES, make_data=_make_data, make_model=_make_model, metric_name="accuracy",
-    loss=classification_loss, evaluate=classification_metrics, scales=SCALES,
+    sizes=SIZES, make_data=_make_data, make_model=_make_model, scales=SCALES,
     reference={
         "tiny": "accuracy 0.25 -> above chance in ~2 s; for tests",
         "small": "2-layer d=64 encoder on 32k streams (chance 0.25, order-blind ceiling 0.75)",

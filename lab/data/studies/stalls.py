@@ -9,12 +9,15 @@ T_io / parallelism), never less than the compute alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from torch import nn
 
 from lab.config import RunConfig
-from lab.context import before_training, prepare
+from lab.context import TrainContext, before_training, prepare
+from lab.loop import FitStats, StepHook
 
 COMPUTE_PHASES = ("forward", "backward", "optimizer", "comm")
 
@@ -70,24 +73,36 @@ class CachedLoader:
         return iter(self.batches)
 
 
+def replay_cached(ctx: TrainContext, steps: int,
+                  prepared: Callable[[], tuple[nn.Module, list[StepHook]]] | None = None, *, phase: str = "train",
+                  fewest: int = 0) -> FitStats | None:
+    """The ideal replay, the one place it is written: read up to ``steps`` batches through the run's loader
+    first (untimed), then train ``prepared()``'s model with its step hooks (default: a fresh copy of the run's
+    model through every door's ``before_training`` but the multi-process one) on exactly those batches from
+    memory, through the run's own ``ctx.fit`` (its optimizer, precision policy, fast kernels and compile).
+    ``None``, before any model is built, when the loader gave fewer than ``fewest`` batches."""
+    loader = ctx.make_loader()
+    loader.set_epoch(0)
+    batches = []
+    for batch in loader:
+        batches.append(batch)
+        if len(batches) == steps:
+            break
+    if len(batches) < fewest:
+        return None
+    model, hooks = prepared() if prepared is not None else before_training(ctx, ctx.new_model())
+    return ctx.fit(model, epochs=1, lr=ctx.resolved.lr, max_steps=len(batches), step_hooks=hooks,
+                   loader=CachedLoader(batches), phase=phase)
+
+
 def ideal_replay(cfg: RunConfig, steps: int) -> dict[str, float]:
-    """The compute-only bound for ``cfg``: read ``steps`` batches through the configured loader first
-    (untimed), then train the same model on exactly those batches from memory, through the run's own
-    ``ctx.fit`` (its optimizer, precision policy, fast kernels and compile), and time it. The gap between a
-    run's median step and this one is what any loader improvement can still win."""
+    """The compute-only bound for ``cfg`` (:func:`replay_cached` in a context of its own), timed. The gap
+    between a run's median step and this one is what any loader improvement can still win."""
     if steps < 2:
         raise ValueError(f"steps={steps!r} is invalid: must be >= 2 (the first step is dropped as warm-up)")
     with prepare(cfg) as ctx:
-        loader = ctx.make_loader()
-        loader.set_epoch(0)
-        batches = []
-        for batch in loader:
-            batches.append(batch)
-            if len(batches) == steps:
-                break
-        model, hooks = before_training(ctx, ctx.new_model())  # fast kernels, pruning masks: the run's model
-        stats = ctx.fit(model, epochs=1, lr=ctx.resolved.lr, max_steps=steps, step_hooks=hooks,
-                        loader=CachedLoader(batches))
+        stats = replay_cached(ctx, steps)
+    assert stats is not None  # fewest=0: never None
     out: dict[str, Any] = stall_summary(stats.step_times_ms)
     out["ideal_step_ms"] = out["compute_ms"] + out["data_wait_ms"]
     out["step"] = ctx.result.details["steps"]["train"]  # what the replayed step was made of

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import Datasets, Rung, SizeSpec, Workload
+from ..base import Datasets, SizeSpec, Workload, ladder
 from ..metrics import roc_auc
 from .clicklog import (
     CHUNK_ROWS,
@@ -102,13 +102,10 @@ SIZES = {
 #: Model-size ladder (issue 15) on the ``small`` click log: embedding width and both MLPs grow together,
 #: ~80 k -> ~10 M parameters (the 37 k-row vocabulary makes the embeddings most of the parameters, the MLPs
 #: most of the MACs). ``m`` is the ``small`` model's width class with a wider top MLP.
-SCALES = {
-    "xs": Rung({"embed_dim": 1, "bottom": (8,), "top": (16,)}),
-    "s": Rung({"embed_dim": 4, "bottom": (32,), "top": (64,)}),
-    "m": Rung({"embed_dim": 16, "bottom": (128,), "top": (512, 256)}),
-    "l": Rung({"embed_dim": 32, "bottom": (256,), "top": (1024, 512)}),
-    "xl": Rung({"embed_dim": 64, "bottom": (512, 256), "top": (2048, 2048, 1024)}, speed_only=True),
-}
+SCALES = ladder(xs={"embed_dim": 1, "bottom": (8,), "top": (16,)}, s={"embed_dim": 4, "bottom": (32,), "top": (64,)},
+                m={"embed_dim": 16, "bottom": (128,), "top": (512, 256)},
+                l={"embed_dim": 32, "bottom": (256,), "top": (1024, 512)},
+                xl={"embed_dim": 64, "bottom": (512, 256), "top": (2048, 2048, 1024)})
 
 WORKLOAD = Workload(
     name="ctr",
