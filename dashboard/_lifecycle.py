@@ -1,26 +1,53 @@
-"""The Run button's lifecycle: claim the ablation's lock in the store, start the background worker
-(:mod:`lab.ablation.worker`), re-attach after a reload, show progress, cancel.
+"""A long job's lifecycle on a page: claim its lock in the store, start the background worker
+(:mod:`lab.ablation.worker`), re-attach after a reload, show progress, cancel. The Ablation tab runs
+ablations through it and the Data-loading tab its measurements (a batch of runs, one per loader): neither
+trains in the Streamlit script.
 
 Why the store and not ``st.session_state``: a reload is a new session and a double click is two reruns;
 only the store (:mod:`lab.ablation.jobs`) is shared by all of them and by the worker process, so it is the
-one place that knows whether an ablation is running and how far it got.
+one place that knows whether a job is running and how far it got.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
+import _shared
 import streamlit as st
 
 from lab import ResultStore
 from lab.ablation import jobs, load_ablation, summarize
-from lab.ablation.runner import Ablation, from_spec, to_spec
-from lab.ablation.worker import log_path
+from lab.ablation.runner import from_spec
+from lab.ablation.worker import BATCH, log_path
 from lab.ablation.worker import start as start_worker
 
 #: Seconds between progress refreshes while a job runs.
 REFRESH_S = 1.0
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One page's kind of job: the jobs it re-attaches to, the session keys that remember which one it
+    shows (``<prefix>key``, ``<prefix>note``) and what its messages call it and its button."""
+
+    kind: str
+    prefix: str
+    noun: str
+    button: str  # what starts one
+
+    @property
+    def key(self) -> str:
+        return self.prefix + "key"
+
+    @property
+    def note(self) -> str:
+        return self.prefix + "note"
+
+
+ABLATION = Lane(jobs.ABLATION, "job_", "ablation", "Run")
+DATA = Lane(BATCH, "dl_job_", "data-loading measurement", "Measure loaders")
 
 
 def _clock(seconds: float | None) -> str:
@@ -30,41 +57,42 @@ def _clock(seconds: float | None) -> str:
     return f"{s // 60}:{s % 60:02d}"
 
 
-def attached_job(store: ResultStore) -> dict[str, Any] | None:
-    """The job this session shows: the one it started or joined, else (a reload, a new tab) the live one."""
-    key = st.session_state.get("job_key")
+def attached_job(store: ResultStore, lane: Lane = ABLATION) -> dict[str, Any] | None:
+    """The job this session shows: the one it started or joined, else (a reload, a new tab) the live one
+    of the lane's kind, else the last one."""
+    key = st.session_state.get(lane.key)
     if key is not None:
         found = jobs.job(store, key)
-        if found is not None:
+        if found is not None and found["kind"] == lane.kind:
             return found
-    live = jobs.live_jobs(store)
+    live = jobs.live_jobs(store, lane.kind)
     if live:
-        st.session_state["job_key"] = live[0]["key"]
-        st.session_state["job_note"] = "Re-attached to the ablation that is running (started before this page loaded)."
+        st.session_state[lane.key] = live[0]["key"]
+        st.session_state[lane.note] = (f"Re-attached to the {lane.noun} that is running (started before this "
+                                       "page loaded).")
         return live[0]
-    last = jobs.latest_job(store)
+    last = jobs.latest_job(store, lane.kind)
     if last is not None and last["spec"] is not None:  # a reload after the end shows the last results again
-        st.session_state["job_key"] = last["key"]
-        st.session_state["job_note"] = (f"Showing the last ablation run from this dashboard (`{last['key']}`, "
-                                        f"{last['status']}); press Run for a new one.")
+        st.session_state[lane.key] = last["key"]
+        st.session_state[lane.note] = (f"Showing the last {lane.noun} run from this dashboard (`{last['key']}`, "
+                                       f"{last['status']}); press {lane.button} for a new one.")
         return last
     return None
 
 
-def start_or_join(store: ResultStore, ablation: Ablation, repeats: int, seeds: list[int]) -> None:
+def start_or_join(store: ResultStore, key: str, spec: dict[str, Any], lane: Lane = ABLATION) -> None:
     """Claim the key and start a worker; a key that is already running is joined, not started twice."""
-    key = ablation.key
-    st.session_state["job_key"] = key
+    st.session_state[lane.key] = key
     try:
-        token = jobs.claim(store, key, spec=to_spec(ablation, repeats, seeds))
+        token = jobs.claim(store, key, spec=spec)
     except jobs.AlreadyRunning as exc:
-        st.session_state["job_note"] = f"Joined the run in progress: {exc}."
+        st.session_state[lane.note] = f"Joined the run in progress: {exc}."
         return
     try:
         start_worker(store.path, key, token)
     except OSError as exc:
         jobs.finish(store, key, token, "error", {"error": f"the worker could not start: {exc}"})
-    st.session_state["job_note"] = None
+    st.session_state[lane.note] = None
 
 
 def progress_line(job: dict[str, Any]) -> tuple[float, str]:
@@ -82,21 +110,35 @@ def progress_line(job: dict[str, Any]) -> tuple[float, str]:
         "measuring)")
     left = None if s.get("eta_s") is None else max(0.0, s["eta_s"] - since)
     left_text = f"about {_clock(left)} left" if left is not None else "time left: after the first step"
-    return min(frac, 1.0), (f"run {min(done + 1, total)}/{total}: arm **{s['arm']}** (repeat {s.get('repeat')}, "
-                            f"seed {s.get('seed')}), {where}; elapsed {_clock(now - s.get('started_at', now))}, "
-                            f"{left_text}; heartbeat {job['age_s']:.0f} s ago")
+    what = (f"**{s['arm']}**" if job.get("kind") == BATCH
+            else f"arm **{s['arm']}** (repeat {s.get('repeat')}, seed {s.get('seed')})")
+    elapsed = _clock(now - s.get("started_at", now))
+    return min(frac, 1.0), (f"run {min(done + 1, total)}/{total}: {what}, {where}; elapsed {elapsed}, {left_text}; "
+                            f"heartbeat {job['age_s']:.0f} s ago")
 
 
 @st.fragment(run_every=REFRESH_S)
 def live_progress(key: str) -> None:
     """Redrawn every second while the job runs; a full rerun when it ends shows the results."""
-    with ResultStore() as store:
-        found = jobs.job(store, key)
+    found = jobs.job(_shared.store(), key)
     if found is None or not found["live"]:
         st.rerun()
     frac, line = progress_line(found)
     st.progress(frac, text="running" + (" (cancel requested: stops before the next step)" if found["cancel"] else ""))
     st.markdown(line)
+
+
+def ended_badly(job: dict[str, Any], noun: str) -> None:
+    """Say how a job that is not running ended, when not as ``done``: cancelled, or an error (with the end
+    of its worker's log when it died without a word)."""
+    if job["status"] == "cancelled":
+        st.warning(f"Cancelled after {job['state'].get('done', 0)} of {job['state'].get('total', '?')} runs: "
+                   "showing the finished ones" + (" (Run resumes from them)." if noun == "ablation" else "."))
+    elif job["status"] == "error" or (job["status"] in jobs.LIVE and not job["live"]):
+        st.error(f"The {noun} stopped: {job['state'].get('error') or 'its worker died without a word'}")
+        tail = worker_log_tail(job)
+        if tail:
+            st.code(tail, language=None)
 
 
 def worker_log_tail(job: dict[str, Any], lines: int = 15) -> str:
@@ -109,7 +151,7 @@ def worker_log_tail(job: dict[str, Any], lines: int = 15) -> str:
 
 
 def results(store: ResultStore, job: dict[str, Any]) -> tuple[Any, dict] | None:
-    """The finished job's table and runs, rebuilt from its spec and the stored runs (None: no baseline run)."""
+    """The finished ablation's table and runs, rebuilt from its spec and the stored runs (None: no baseline)."""
     ablation, repeats, seeds = from_spec(job["spec"])
     runs = load_ablation(ablation, store, repeats, seeds)
     if not runs.get("baseline"):

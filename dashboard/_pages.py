@@ -1,10 +1,11 @@
-"""Pages other than the built-in tabs: every ``dashboard/page_*.py`` (sorted by file name), plus those in
-the folders of ``LAB_DASHBOARD_PAGES`` (``os.pathsep``-separated), each defining ``TITLE: str`` and
-``render() -> None``; one tab each, after the built-in tabs.
+"""Every tab of the dashboard is a page: a ``dashboard/page_*.py`` defining ``TITLE: str`` and
+``render() -> None``, the built-in ones (:data:`ORDER`, in that order: the Ablation tab first) as much as the
+others (then sorted by file name), plus those in the folders of ``LAB_DASHBOARD_PAGES``
+(``os.pathsep``-separated), last; one tab each.
 
 Why discovery: each family's page is written (and tested) on its own, and the app gains its tab without an
-edit here. A page that fails to import, or lacks ``TITLE`` / ``render``, becomes a tab that shows the error:
-one broken page must not take the whole dashboard down.
+edit here. A page that fails to import, lacks ``TITLE`` / ``render``, or raises while it draws, becomes a
+tab that shows the error (:func:`show`): one broken page must not take the whole dashboard down.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import streamlit as st
+
 HERE = Path(__file__).resolve().parent
+#: The built-in tabs, first and in this order (file stems in :data:`HERE`); any other page follows by name.
+ORDER = ("page_ablation", "page_stored_runs", "page_scaling_model", "page_data_loading", "page_performance_report")
 
 
 @dataclass
@@ -63,10 +68,27 @@ def _load(path: Path) -> Page:
         return Page(path, fallback, error=f"{path.name} failed to import: {type(exc).__name__}: {exc}\n\n{tb}")
 
 
+def _rank(path: Path) -> tuple[int, str]:
+    return (ORDER.index(path.stem) if path.stem in ORDER else len(ORDER), path.name)
+
+
 def discover() -> list[Page]:
-    """The pages, sorted by file name (the built-in folder first, then each extra folder)."""
+    """The pages: this folder's (:data:`ORDER` first, the rest by file name), then each extra folder's by name."""
     pages = []
-    for folder in _folders():
+    for i, folder in enumerate(_folders()):
         if folder.is_dir():
-            pages += [_load(p) for p in sorted(folder.glob("page_*.py"))]
+            found = folder.glob("page_*.py")
+            pages += [_load(p) for p in (sorted(found, key=_rank) if i == 0 else sorted(found))]
     return pages
+
+
+def show(page: Page) -> None:
+    """Draw one page in the current container; its import error or its exception instead, as a message
+    (``st.rerun`` and ``st.stop`` are not exceptions: they pass through)."""
+    if page.render is None:
+        st.error(page.error)
+        return
+    try:
+        page.render()
+    except Exception as exc:  # one page's bug must not blank the others
+        st.error(f"{page.path.name}: {type(exc).__name__}: {exc}")

@@ -8,10 +8,11 @@ of the page (any widget change) shows it again without profiling again.
 
 from __future__ import annotations
 
+import _shared
 import pandas as pd
 import streamlit as st
 
-from lab import ResultStore, RunConfig, list_workloads
+from lab import RunConfig, list_workloads
 from lab.config import SIZES
 from lab.doctor import diagnose, format_verification, verify
 from lab.plots.doctor import op_class_bars, predicted_vs_measured, prescription_bars
@@ -66,8 +67,8 @@ def render() -> None:
         d.predictions)), key="doctor_k")
     repeats = st.number_input("repeats per arm", min_value=1, max_value=10, value=3, key="doctor_repeats")
     if st.button("Verify", key="doctor_verify"):
-        with st.spinner("interleaved ablation of the baseline and the top predictions ..."), ResultStore() as store:
-            st.session_state["doctor_rows"] = verify(d, int(k), repeats=int(repeats), store=store)
+        with st.spinner("interleaved ablation of the baseline and the top predictions ..."):
+            st.session_state["doctor_rows"] = verify(d, int(k), repeats=int(repeats), store=_shared.store())
     rows = st.session_state.get("doctor_rows")
     if rows:
         st.plotly_chart(predicted_vs_measured(rows), key="doctor_pvm")

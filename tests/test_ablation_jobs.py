@@ -126,3 +126,63 @@ def test_the_worker_refuses_a_token_it_was_not_given(private_store):
 def _ab_ctr() -> Ablation:
     base = RunConfig(workload="ctr", size="tiny", threads=1)
     return Ablation(name="c", baseline=base, arms={"bf16": base.with_overrides(**{"precision.dtype": "bf16"})})
+
+
+def test_a_batch_job_runs_its_configs_stores_each_and_keeps_its_own_kind(toy_workload, private_store):
+    """The dashboard's data-loading measurement as a worker job: one run per named config, each stored as it
+    ends, the run ids in the job's state; an ablation page never re-attaches to it (nor a batch page to an
+    ablation); a config refused before any work is an error row, the others still run."""
+    from lab.ablation import worker
+
+    base = RunConfig(workload="toy", size="tiny", threads=1, max_steps=3, warmup_steps=1, latency_repeats=0)
+    configs = {"plain": base, "broken": base.with_overrides(seed=7), "again": base.with_overrides(seed=1)}
+    key, spec = worker.batch_spec("loaders", configs)
+    assert key.startswith("loaders@toy#") and spec["kind"] == worker.BATCH
+    assert worker.batch_spec("loaders", configs)[0] == key  # the same batch asked twice: one key
+    assert worker.batch_spec("loaders", {"plain": base})[0] != key
+
+    def run_fn(cfg, **kw):
+        if cfg.seed == 7:
+            raise ValueError("refused before any work")
+        return run(cfg, **kw)
+
+    with ResultStore(private_store) as store:
+        ab_token = jobs.claim(store, "an-ablation", spec=to_spec(_ab_ctr(), 1, [0]))
+        results = worker.run_batch(store, key, spec=spec, run_fn=run_fn)
+        assert [r.status for r in results.values()] == ["ok", "error", "ok"]
+        assert "refused before any work" in results["broken"].error
+        job = jobs.job(store, key)
+        assert (job["status"], job["kind"], job["state"]["done"]) == ("done", worker.BATCH, 3)
+        assert job["state"]["runs"] == {n: r.run_id for n, r in results.items()}
+        assert sorted(store.labels()) == sorted(f"batch:{key}:{n}" for n in configs)
+        shown = worker.batch_results(store, job)
+        assert list(shown) == ["plain", "broken", "again"] and shown["again"].run_id == results["again"].run_id
+        # kinds keep the pages apart: the live ablation is no batch, the finished batch no ablation
+        assert [j["key"] for j in jobs.live_jobs(store, jobs.ABLATION)] == ["an-ablation"]
+        assert jobs.live_jobs(store, worker.BATCH) == []
+        assert jobs.latest_job(store, worker.BATCH)["key"] == key
+        assert jobs.latest_job(store, jobs.ABLATION)["key"] == "an-ablation"
+        assert jobs.latest_job(store)["key"] == key  # no kind: whatever started last
+        jobs.finish(store, "an-ablation", ab_token, "done")
+        with pytest.raises(ValueError, match="not a batch job"):
+            worker.run_batch(store, "an-ablation")
+
+
+def test_the_worker_runs_a_claimed_batch_and_stops_it_on_cancel(private_store):
+    """``python -m lab.ablation.worker`` dispatches on the job's kind; a Cancel requested before its first
+    step stops it with nothing stored."""
+    from lab.ablation import worker
+
+    base = RunConfig(workload="ctr", size="tiny", threads=1, max_steps=3, warmup_steps=1, latency_repeats=0)
+    key, spec = worker.batch_spec("loaders", {"a": base, "b": base.with_overrides(seed=1)})
+    with ResultStore(private_store) as store:
+        token = jobs.claim(store, key, spec=spec)
+        assert worker.start(private_store, key, token).wait(timeout=240) == 0
+        job = jobs.job(store, key)
+        assert job["status"] == "done" and job["pid"] != os.getpid(), worker.log_path(token).read_text()
+        assert [r.status for r in worker.batch_results(store, job).values()] == ["ok", "ok"]
+        token = jobs.claim(store, key, spec=spec)  # again, cancelled before the worker's first step
+        assert jobs.request_cancel(store, key)
+        assert worker.start(private_store, key, token).wait(timeout=240) == 0
+        job = jobs.job(store, key)
+        assert job["status"] == "cancelled" and job["state"]["done"] == 0 and store.count() == 2

@@ -184,15 +184,40 @@ def test_scaling_model_page_projects_the_chosen_links():
     assert any("Pick at least one link" in w.value for w in at.warning)
 
 
-def test_data_loading_page_measures_the_loaders():
+def test_data_loading_page_measures_the_loaders_in_the_background_worker(private_store):
+    """The Measure button starts a batch job of the worker (no run in the script): the button is disabled
+    while it runs, the page shows the stored runs once it ends, and the Ablation tab never takes it for an
+    ablation."""
+    import os
+
+    from lab.ablation import jobs
+    from lab.ablation.worker import BATCH
+
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.selectbox(key="dl_storage").select("local_ssd")
     at.number_input(key="dl_steps").set_value(10)
     at.button(key="dl_run").click().run()
     assert not at.exception, at.exception
+    with ResultStore(private_store) as store:
+        job = jobs.latest_job(store, BATCH)  # claimed by the click, run by a worker
+        assert job is not None and job["spec"]["kind"] == BATCH
+    deadline = time.monotonic() + 240
+    while at.button(key="dl_run").disabled:  # as the page's 1 s refresh does
+        assert time.monotonic() < deadline, "the measurement did not finish"
+        time.sleep(0.5)
+        at.run()
+    assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     table = _frame_with(at, "loader")
     assert list(table["loader"]) == ["naive", "thread"]
+    assert "dl_phases" in _chart_ids(at) and "dl_timeline" in _chart_ids(at)
+    with ResultStore(private_store) as store:
+        done = jobs.job(store, job["key"])
+        assert done["status"] == "done" and done["pid"] != os.getpid()  # the worker adopted and ran it
+        assert sorted(store.labels()) == [f"batch:{job['key']}:naive", f"batch:{job['key']}:thread"]
+        assert store.count(status="ok") == 2
+    assert any("then press **Run ablation**" in i.value for i in at.info)  # the Ablation tab: still nothing
+    assert not at.button(key="run").disabled
 
 
 def _bench(folder: Path, benchmark: str, env: dict, figures: list[dict]) -> None:

@@ -7,6 +7,10 @@ the one place every process (the dashboard, its worker, a CLI run) shares: a sec
 is refused (or joins it), a reload finds the live job and shows its progress, and Cancel is a flag the
 worker reads between steps. A job whose owner died stops beating; after :data:`STALE_S` without a beat (or
 at once when its pid is gone on this host) its lock expires and the next claim takes over.
+
+A job has a kind (its spec's ``"kind"``): an ablation (the default), or a batch of named runs
+(:data:`lab.ablation.worker.BATCH`, the dashboard's data-loading measurement); a page re-attaches only to
+jobs of its own kind.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ STALE_S = 30.0
 BEAT_S = 1.0
 #: Job statuses that hold the lock while the heartbeat is fresh.
 LIVE = ("starting", "running")
+#: The kind of a job whose spec names none (every job before kinds existed was an ablation).
+ABLATION = "ablation"
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS jobs (key TEXT PRIMARY KEY, token TEXT NOT NULL, pid INTEGER, host TEXT, "
            "status TEXT, started REAL, heartbeat REAL, cancel INTEGER DEFAULT 0, state_json TEXT, spec_json TEXT)")
@@ -64,6 +70,7 @@ def _row(values: tuple) -> dict[str, Any]:
     job["cancel"] = bool(job["cancel"])
     job["age_s"] = time.time() - (job["heartbeat"] or 0.0)
     job["live"] = is_live(job)
+    job["kind"] = job["spec"].get("kind", ABLATION) if isinstance(job["spec"], dict) else ABLATION
     return job
 
 
@@ -91,14 +98,19 @@ def job(store: ResultStore, key: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def live_jobs(store: ResultStore) -> list[dict[str, Any]]:
-    """Jobs that hold their lock now, newest first (what a reloaded page re-attaches to)."""
-    return [j for j in _select(store, "ORDER BY started DESC", ()) if j["live"]]
+def live_jobs(store: ResultStore, kind: str | None = None) -> list[dict[str, Any]]:
+    """Jobs that hold their lock now, newest first (what a reloaded page re-attaches to); only those of
+    ``kind`` (the spec's ``"kind"``, :data:`ABLATION` when it names none) unless it is None."""
+    return [j for j in _select(store, "ORDER BY started DESC", ()) if j["live"] and kind in (None, j["kind"])]
 
 
-def latest_job(store: ResultStore) -> dict[str, Any] | None:
-    """The most recently started job, whatever its status (what a page shows after a reload)."""
-    rows = _select(store, "ORDER BY started DESC LIMIT 1", ())
+def latest_job(store: ResultStore, kind: str | None = None) -> dict[str, Any] | None:
+    """The most recently started job (of ``kind``, unless None), whatever its status (what a page shows
+    after a reload)."""
+    if kind is None:
+        rows = _select(store, "ORDER BY started DESC LIMIT 1", ())
+    else:
+        rows = [j for j in _select(store, "ORDER BY started DESC", ()) if j["kind"] == kind][:1]
     return rows[0] if rows else None
 
 
@@ -112,7 +124,7 @@ def claim(store: ResultStore, key: str, spec: dict[str, Any] | None = None) -> s
         held = _select(conn, "WHERE key = ?", (key,))
         if held and held[0]["live"]:
             j = held[0]
-            raise AlreadyRunning(f"ablation {key} is already running (pid {j['pid']} on {j['host']}, last heartbeat "
+            raise AlreadyRunning(f"{j['kind']} {key} is already running (pid {j['pid']} on {j['host']}, last heartbeat "
                                  f"{j['age_s']:.0f} s ago): wait for it, join it, or cancel it")
         conn.execute(f"INSERT OR REPLACE INTO jobs ({', '.join(_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
                      (key, token, os.getpid(), socket.gethostname(), "starting", now, now, "{}",
@@ -220,5 +232,5 @@ def holding(store: ResultStore, key: str, token: str | None = None,
         finish(store, key, token, status, {**hb.state, **({"error": error} if error else {})})
 
 
-__all__ = ["AlreadyRunning", "Cancelled", "Heartbeat", "LIVE", "STALE_S", "adopt", "beat", "claim", "finish",
-           "holding", "is_live", "job", "latest_job", "live_jobs", "request_cancel"]
+__all__ = ["ABLATION", "AlreadyRunning", "Cancelled", "Heartbeat", "LIVE", "STALE_S", "adopt", "beat", "claim",
+           "finish", "holding", "is_live", "job", "latest_job", "live_jobs", "request_cancel"]

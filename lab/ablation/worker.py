@@ -1,6 +1,9 @@
-"""The background worker of a dashboard ablation: ``python -m lab.ablation.worker --store DB --key KEY
---token TOKEN`` rebuilds the ablation from its job row (:mod:`lab.ablation.jobs`), adopts the lock its
-launcher claimed and runs it; progress, heartbeat, cancel and the final status go through the store.
+"""The background worker of a dashboard job: ``python -m lab.ablation.worker --store DB --key KEY
+--token TOKEN`` rebuilds the job from its row (:mod:`lab.ablation.jobs`), adopts the lock its launcher
+claimed and runs it; progress, heartbeat, cancel and the final status go through the store. A job is an
+ablation (its spec from :func:`~lab.ablation.runner.to_spec`) or a batch (:func:`batch_spec`: named runs,
+each stored as it ends under ``batch:<key>:<name>``, their run ids in the job's state; the dashboard's
+data-loading measurement, one run per loader).
 
 Why a separate process rather than a thread of the Streamlit server: a click or a reload reruns the app's
 script, never this process, so a run is neither lost nor started twice; Cancel is a flag read between steps;
@@ -12,15 +15,25 @@ re-imports the parent's main module) instead of the dashboard's ``app.py``, whic
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from lab.ablation import jobs
-from lab.ablation.runner import from_spec, run_ablation
-from lab.store import ResultStore
+from lab.ablation.runner import RunFn, _error_result, _Progress, from_spec, run_ablation
+from lab.config import RunConfig
+from lab.result import RunResult
+from lab.store import ResultStore, config_hash
+from lab.train import run
+
+#: The job kind of a batch of named runs (``spec["kind"]``).
+BATCH = "batch"
 
 
 def log_path(token: str) -> Path:
@@ -40,6 +53,59 @@ def start(store_path: str | os.PathLike[str], key: str, token: str) -> subproces
                                 stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
 
 
+def batch_spec(name: str, configs: dict[str, RunConfig]) -> tuple[str, dict[str, Any]]:
+    """(key, spec) of a batch job: ``configs`` run once each, in order. The key is ``name``, the first
+    config's workload and a hash of the named configs (``loaders@ctr#1a2b3c4d``), so the same batch asked
+    twice is one job (joined while it runs) and a different one is another."""
+    if not configs:
+        raise ValueError("configs={} is invalid: allowed: one or more named RunConfigs")
+    named = {n: c.to_dict() for n, c in configs.items()}
+    digest = hashlib.sha1(json.dumps([(n, config_hash(c)) for n, c in named.items()]).encode()).hexdigest()[:8]
+    key = f"{name}@{next(iter(configs.values())).workload}#{digest}"
+    return key, {"kind": BATCH, "name": name, "configs": named}
+
+
+def run_batch(store: ResultStore, key: str, token: str | None = None, spec: dict[str, Any] | None = None,
+              run_fn: RunFn | None = None) -> dict[str, RunResult]:
+    """Run a batch job's configs under its lock (claimed here, or adopted with the launcher's ``token``),
+    each stored as it ends; the job's state carries ``runs`` (name -> run id) and the progress the pages
+    show (run i/n, the run's name as ``arm``, step, time left). A failing run is an error row; Cancel stops
+    before the next step (:class:`~lab.ablation.jobs.Cancelled`; the run in flight is not stored)."""
+    if spec is None:
+        row = jobs.job(store, key)
+        spec = row["spec"] if row is not None else None
+    if not spec or spec.get("kind") != BATCH:
+        raise ValueError(f"job {key} is not a batch job (its spec: {spec!r})")
+    configs = {n: RunConfig.from_dict(c) for n, c in spec["configs"].items()}
+    run_fn = run if run_fn is None else run_fn
+    results: dict[str, RunResult] = {}
+    with jobs.holding(store, key, token, spec=spec) as hb:
+        track = _Progress(len(configs), hb)
+        track.state["runs"] = {}
+        for i, (name, cfg) in enumerate(configs.items()):
+            track.start_run(i, name, 0, cfg.seed)
+            try:
+                result = run_fn(cfg, progress=track.step, on_error="record")
+            except Exception as exc:  # refused before any work: an error row, the other runs still go
+                result = _error_result(cfg, exc)
+            store.add(result, label=f"{BATCH}:{key}:{name}")
+            results[name] = result
+            track.state["runs"][name] = result.run_id
+            track.end_run(i, trained=True)
+    return results
+
+
+def batch_results(store: ResultStore, job: dict[str, Any]) -> dict[str, RunResult]:
+    """The stored runs of a batch job, by name, in the batch's order (those finished so far)."""
+    ids = (job.get("state") or {}).get("runs") or {}
+    out = {}
+    for name in (job.get("spec") or {}).get("configs", ids):
+        if name in ids:
+            with contextlib.suppress(KeyError):  # deleted since: the others still show
+                out[name] = store.get(ids[name])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.ablation.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
@@ -52,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no claimed job {args.key} with this token in {args.store}", file=sys.stderr)
             return 2
         try:
-            ablation, repeats, seeds = from_spec(row["spec"])
-            run_ablation(ablation, repeats=repeats, seeds=seeds, store=store, job_token=args.token)
+            if row["kind"] == BATCH:
+                run_batch(store, args.key, args.token, row["spec"])
+            else:
+                ablation, repeats, seeds = from_spec(row["spec"])
+                run_ablation(ablation, repeats=repeats, seeds=seeds, store=store, job_token=args.token)
         except jobs.Cancelled:
             return 0
         except jobs.AlreadyRunning as exc:

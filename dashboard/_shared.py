@@ -1,0 +1,45 @@
+"""What every dashboard page shares: the one results-store handle (``st.cache_resource``, keyed by the store's
+path) and where the benchmark reports live.
+
+Why one cached handle: each ``with ResultStore()`` opened a SQLite connection, set its pragmas and re-ran the
+schema statements (the app opened eight per rerun, one more per second while a job's progress refreshed).
+The handle is thread-safe (one connection behind a lock) and every statement outside a transaction reads
+the latest commit, so the worker's writes show at once. Keyed by the path (``$LAB_RESULTS_DB``, read on every
+call), so a test's private store gets its own handle; a handle whose file was removed, or that someone
+closed, is opened again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from lab import ResultStore
+from lab.store import default_store_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _usable(handle: ResultStore) -> bool:
+    try:
+        handle.conn  # noqa: B018 - raises once closed
+    except RuntimeError:
+        return False
+    return str(handle.path) == ":memory:" or handle.path.exists()
+
+
+@st.cache_resource(show_spinner=False, validate=_usable)
+def _open(path: str) -> ResultStore:
+    return ResultStore(path)
+
+
+def store() -> ResultStore:
+    """The results store every page and fragment uses (never close it: ``with`` would, for all of them)."""
+    return _open(str(default_store_path()))
+
+
+def bench_root() -> Path:
+    """The benchmark reports' folder: ``$LAB_BENCH_RESULTS`` or ``benchmarks/results`` of this checkout."""
+    return Path(os.environ.get("LAB_BENCH_RESULTS") or ROOT / "benchmarks" / "results")

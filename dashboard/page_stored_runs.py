@@ -1,0 +1,46 @@
+"""Dashboard tab "Stored runs": any stored ablation read again (on one hardware id or all), and every stored
+run as raw columns, as ``python -m lab runs`` shows them."""
+
+from __future__ import annotations
+
+import _shared
+import _sidebar
+import _views
+import streamlit as st
+
+from lab.ablation import from_spec, jobs, load_stored, pareto_front, stored_ablations, summarize
+from lab.plots import speedup_vs_accuracy
+
+TITLE = "Stored runs"
+
+
+def render() -> None:
+    speed = _sidebar.current().speed
+    store = _shared.store()
+    names = stored_ablations(store)
+    runs = store.load_runs()
+    if runs.empty:
+        st.caption("No runs stored yet.")
+        return
+    hardware = ["all", *sorted(runs["hardware_id"].dropna().unique())]
+    hw = st.selectbox("Hardware", hardware, key="hw_filter")
+    if names:
+        name = st.selectbox("Stored ablation", names, key="stored_ablation")
+        stored = load_stored(store, name, hardware_id=None if hw == "all" else hw)
+        spec = (jobs.job(store, name) or {}).get("spec")  # what each arm can change, if it was kept
+        if stored.get("baseline"):
+            if spec:
+                stored_ab = from_spec(spec)[0]
+                df_stored = summarize(stored, techniques=stored_ab.techniques, axes=stored_ab.axes)
+            else:
+                df_stored = summarize(stored)
+                st.caption("Stored before ablations kept their spec: every arm is read on every axis.")
+            st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed)),
+                            key="stored_chart")
+            _views.show_table(df_stored, "stored_table")
+            _views.show_versus(df_stored, stored, key="stored_versus")
+        else:
+            st.caption("This ablation has no baseline run on the chosen hardware.")
+    view = runs if hw == "all" else runs[runs["hardware_id"] == hw]
+    st.caption("Every stored run, newest first (raw columns, as `python -m lab runs` shows them).")
+    st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs", hide_index=True)
