@@ -13,12 +13,14 @@ The layers, top to bottom (checked by import-linter, ``make quality``): ``cli`` 
 ``python -m lab --help`` for the command line.
 """
 
+# Each technique package registers its lab.technique.Technique in lab.registry.FAMILIES when imported.
+from lab import compute, data, distributed, precision, pruning, quant  # noqa: F401
 from lab.ablation import Ablation, run_ablation
 from lab.config import ComputeConfig, DataConfig, DDPConfig, PrecisionConfig, PruneConfig, QuantConfig, RunConfig
 from lab.context import TrainContext, prepare
 from lab.result import RunResult
 from lab.store import ResultStore, default_store_path
-from lab.train import run  # importing lab.train installs the technique packages (lab.context.install_doors)
+from lab.train import run  # importing lab.train imports every technique package, which registers itself
 from lab.workloads import Datasets, SizeSpec, Workload, get_workload, list_workloads, register_workload
 
 __all__ = [

@@ -3,23 +3,19 @@
 Why one place: a study that trains a model (pruning sensitivity, the float baseline of quantization, the
 ideal-loader replay, the skew cost, the precision probe) must train it exactly as :func:`lab.run` would,
 or its figures describe a different training step. So every one of them calls :func:`prepare` and
-``ctx.fit``, and ``ctx.fit`` assembles the step from the config through the technique packages' *doors*.
+``ctx.fit``, and ``ctx.fit`` assembles the step from the config through the run's techniques.
 
-Doors: each technique package (:mod:`lab.data`, :mod:`lab.compute`, :mod:`lab.precision`, :mod:`lab.pruning`,
-:mod:`lab.quant`, :mod:`lab.distributed`) exposes the same verbs: ``check(cfg)`` before any work,
-``before_training(ctx, model)``, ``after_training(ctx, model)``, ``report(result)``, and optionally
-``loader_factory(ctx, make)`` and ``fit_options(ctx, model, plan)`` to contribute to every fit. This module
-sits *below* the packages (it never imports them), so :mod:`lab.train` installs them in order with
-:func:`install_doors` when ``lab`` is imported. That is how ``ctx.fit`` reaches them without an import circle.
+Techniques: the run's :class:`lab.technique.TechniqueChain` (``ctx.techniques``, passed to :func:`prepare`,
+by default :func:`lab.technique.default_chain`) builds every fit's loader and contributes to every fit's step.
+This module sits *below* the technique packages and never imports them: it reaches them only through the chain.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -27,9 +23,10 @@ import torch
 from torch import nn
 
 from lab.config import RunConfig
-from lab.loop import DDPStep, FitStats, Loader, ProgressFn, StepHook, StepPolicy, fit, make_optimizer, to_device
+from lab.loop import FitStats, Loader, ProgressFn, StepHook, StepPolicy, fit, make_optimizer, to_device
 from lab.measure import environment_stamp
 from lab.result import RunResult, new_run_id, utc_now_iso
+from lab.technique import FitPlan, TechniqueChain, default_chain
 from lab.workloads import Datasets, SizeSpec, Workload, get_workload
 
 # ------------------------------------------------------------------------------------------- resolving
@@ -102,44 +99,6 @@ def evaluate(model: nn.Module, wl: Workload, tensors: tuple[torch.Tensor, ...], 
         model.train(was_training)
 
 
-# ---------------------------------------------------------------------------------------------- doors
-
-_DOORS: tuple[ModuleType, ...] = ()
-
-
-def install_doors(doors: Sequence[ModuleType]) -> None:
-    """Install the technique packages, in the order their contributions to a fit apply (data first: it
-    builds the loader that distributed slices). Called by :mod:`lab.train` at import."""
-    global _DOORS
-    for door in doors:
-        for verb in ("check", "before_training", "after_training", "report"):
-            if not callable(getattr(door, verb, None)):
-                raise TypeError(f"technique package {door.__name__} lacks the verb {verb}()")
-    _DOORS = tuple(doors)
-
-
-def doors() -> tuple[ModuleType, ...]:
-    if not _DOORS:  # cannot happen after `import lab`, which imports lab.train
-        raise RuntimeError("no technique packages installed: import lab (lab.train installs them)")
-    return _DOORS
-
-
-#: The door that wraps a model for several ranks; a single-process study leaves it out.
-MULTI_PROCESS_DOOR = "lab.distributed"
-
-
-def before_training(ctx: TrainContext, model: nn.Module, *,
-                    exclude: Sequence[str] = (MULTI_PROCESS_DOOR,)) -> tuple[nn.Module, list[StepHook]]:
-    """Every door's ``before_training`` in order except those named in ``exclude`` (package names): the model
-    a run trains (fast kernels, pruning masks or schedule) and the step hooks its loop must call."""
-    hooks: list[StepHook] = []
-    for door in doors():
-        if door.__name__ not in exclude:
-            model, more = door.before_training(ctx, model)
-            hooks.extend(more)
-    return model, hooks
-
-
 def describe_step(plan: FitPlan, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """What one fit's step was made of, for ``result.details["steps"][phase]``: two fits that should run
     the same step (a run and its ideal-loader replay) can be compared on this."""
@@ -147,22 +106,6 @@ def describe_step(plan: FitPlan, optimizer: torch.optim.Optimizer) -> dict[str, 
     return {"optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
             "precision": getattr(policy, "dtype", "fp32") if policy is not None else "fp32",
             "compiled": plan.forward is not None, "ddp": plan.ddp is not None, "loader": type(plan.loader).__name__}
-
-
-@dataclass
-class FitPlan:
-    """What one ``ctx.fit`` call will run. Doors fill in their part in :func:`install_doors` order."""
-
-    phase: str
-    lr: float
-    probe: bool  # a short measuring fit (the precision probe): no progress events, no DDP
-    loader: Loader
-    fused_optimizer: bool = False
-    policy: StepPolicy | None = None
-    forward: Callable[..., torch.Tensor] | None = None
-    ddp: DDPStep | None = None
-    finished: list[Callable[[FitStats], None]] = field(default_factory=list)  # called with the stats
-    checkpoint: Any = None  # lab.loop.Checkpointer: the data door's checkpoint / resume of the main fit
 
 
 # -------------------------------------------------------------------------------------------- context
@@ -180,8 +123,9 @@ class TrainContext:
     resolved: Resolved
     data: Datasets
     result: RunResult
+    techniques: TechniqueChain = field(default_factory=default_chain)
     progress: ProgressFn | None = None
-    ddp: Any = None  # lab.distributed.DDPRuntime when data-parallel (set by lab.train.run); None = one process
+    ddp: Any = None  # lab.distributed.DDPRuntime when data-parallel (set by its join stage); None = one process
     state: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -202,25 +146,26 @@ class TrainContext:
         seed_everything(self.cfg.seed)
         return self.workload.make_model(self.resolved.spec).to(self.device)
 
-    def total_steps(self) -> int:
+    def steps_per_epoch(self) -> int:
+        """Loader batches in one epoch of this rank's training loader, counted once per context (building a loader
+        runs the whole chain's factories; in a data-parallel run ask after the join, as :mod:`lab.train` does)."""
+        if "steps_per_epoch" not in self.state:
+            self.state["steps_per_epoch"] = len(self.make_loader())
+        return self.state["steps_per_epoch"]
+
+    def total_steps(self, *, max_steps: bool = True) -> int:
         """Optimizer steps the run's schedule takes: epochs x (loader batches // ``ddp.grad_accum_steps``), capped
-        by ``max_steps``, as :func:`lab.loop.fit` counts them (a step is ``grad_accum_steps`` micro-batches). The
-        one place this is computed: a schedule sized by batches instead overshoots by the accumulation factor
-        and then jumps to its target at the end (the gradual pruner did)."""
-        total = self.resolved.epochs * (len(self.make_loader()) // self.cfg.ddp.grad_accum_steps)
-        return total if self.cfg.max_steps is None else min(total, self.cfg.max_steps)
+        by ``cfg.max_steps`` (unless ``max_steps=False``: the full schedule), as :func:`lab.loop.fit` counts them
+        (a step is ``grad_accum_steps`` micro-batches). The one place this is computed: a schedule sized by batches
+        instead overshoots by the accumulation factor and then jumps to its target at the end (the gradual pruner
+        did)."""
+        total = self.resolved.epochs * (self.steps_per_epoch() // self.cfg.ddp.grad_accum_steps)
+        return total if self.cfg.max_steps is None or not max_steps else min(total, self.cfg.max_steps)
 
     def make_loader(self, batch_size: int | None = None) -> Loader:
         """A loader over the training split as the config asks (same batch order for the same seed): the
-        data door builds it, the distributed door slices it per rank."""
-        make: Callable[[int], Loader] | None = None
-        for door in doors():
-            factory = getattr(door, "loader_factory", None)
-            if factory is not None:
-                make = factory(self, make)
-        if make is None:
-            raise RuntimeError("no installed technique package builds loaders")
-        return make(batch_size or self.resolved.batch_size)
+        data technique builds it, the distributed one slices it per rank."""
+        return self.techniques.loader_factory(self)(batch_size or self.resolved.batch_size)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         return evaluate(model, self.workload, self.data.test, self.device, self.cfg.eval_batch_size)
@@ -230,14 +175,11 @@ class TrainContext:
             policy: StepPolicy | None = None, probe: bool = False) -> FitStats:
         """Train ``model`` in place the way the config asks (its optimizer, loader, precision, compile, DDP);
         returns the raw per-step samples. The main training phase, every fine-tune and every study go
-        through here. ``loader`` / ``policy`` override what the doors would build (a replay of cached
+        through here. ``loader`` / ``policy`` override what the techniques would build (a replay of cached
         batches; one arm of the precision probe)."""
         plan = FitPlan(phase=phase, lr=lr, probe=probe, loader=loader if loader is not None else self.make_loader(),
                        policy=policy)
-        for door in doors():
-            contribute = getattr(door, "fit_options", None)
-            if contribute is not None:
-                contribute(self, model, plan)
+        self.techniques.fit_options(self, model, plan)
         optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr,
                                    fused=plan.fused_optimizer)
         stats = fit(model, optimizer, plan.loader, self.workload, self.device, epochs=epochs, max_steps=max_steps,
@@ -251,10 +193,13 @@ class TrainContext:
 
 
 @contextlib.contextmanager
-def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None) -> Iterator[TrainContext]:
+def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None,
+            techniques: TechniqueChain | None = None) -> Iterator[TrainContext]:
     """Everything a run or a study needs, once: the resolved config, the thread count (restored on exit),
-    the data and an empty result record stamped with the environment. ``with prepare(cfg) as ctx:
-    model = ctx.new_model(); ctx.fit(model, epochs=ctx.resolved.epochs, lr=ctx.resolved.lr)``."""
+    the data, the technique chain (``None``: :func:`lab.technique.default_chain`) and an empty result record
+    stamped with the environment. ``with prepare(cfg) as ctx: model = ctx.new_model();
+    ctx.fit(model, epochs=ctx.resolved.epochs, lr=ctx.resolved.lr)``."""
+    chain = default_chain() if techniques is None else techniques
     r = resolve(cfg)
     result = RunResult(run_id=new_run_id(), config=cfg.to_dict(), env={}, workload=cfg.workload,
                        started_at=utc_now_iso(), metric_name=r.workload.metric_name,
@@ -263,7 +208,7 @@ def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None) -> Iterator[T
     with thread_count(cfg.threads):
         result.env = environment_stamp(str(r.device))
         data = fit_to_size(r.workload.make_data(r.spec, cfg.data_seed), r.spec, r.workload.name)
-        yield TrainContext(cfg=cfg, resolved=r, data=data, result=result, progress=progress)
+        yield TrainContext(cfg=cfg, resolved=r, data=data, result=result, techniques=chain, progress=progress)
 
 
 def fit_to_size(data: Datasets, spec: SizeSpec, name: str) -> Datasets:

@@ -1,11 +1,13 @@
-"""Registries: the single source of the names a user can type (loaders, storage presets, ...).
+"""The registries: the single source of every name a user can type or a test can parametrise over.
 
-Why a bottom-layer module: ``lab.config`` validates names and sits below the technique packages, which own
-what the names mean. So the names live here, the owning package registers its builders under them when it
-is imported (``import lab`` imports every package), and config validation, CLI choices, dashboard lists and
-parametrised tests all read ``REGISTRY.names()``. A name appears in the code exactly once: where it is
-registered. Workloads, techniques and recipes have registries of their own in their packages
-(``lab.workloads``, ``lab.recipes``), built on the same :class:`Registry`.
+One module, one :class:`Registry` class, for: workloads (:data:`WORKLOADS`), technique families
+(:data:`FAMILIES`, in :data:`FAMILY_ORDER`), the technique options an ablation stacks (:data:`TECHNIQUES`) and
+its recipes (:data:`RECIPES`), loaders (:data:`LOADERS`), storage presets (:data:`STORAGES`) and the doctor's
+predictors (:data:`PREDICTORS`). Why a bottom-layer module: ``lab.config`` validates names and sits below the
+packages that own what the names mean. So the registries live here, the owning module registers its entries
+when it is imported (``import lab`` imports every package), and config validation, CLI choices, dashboard
+lists, the doctor and parametrised tests all read ``REGISTRY.names()``. A name appears in the code exactly
+once: where it is registered (timm's ``register_model`` -> ``list_models()`` -> ``create_model``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,20 @@ class Registry(Generic[T]):
         self._items[name] = item
         return item
 
+    def unregister(self, name: str) -> T | None:
+        """Remove ``name`` (a test's temporary entry); returns what was there, ``None`` if nothing."""
+        return self._items.pop(name, None)
+
+    def pop(self, name: str, default: T | None = None) -> T | None:
+        """``dict.pop`` spelling of :meth:`unregister`."""
+        return self._items.pop(name, default)
+
+    def copy(self) -> Registry[T]:
+        """A private copy (a test registers into it and leaks nothing)."""
+        other: Registry[T] = Registry(self.what)
+        other._items = dict(self._items)
+        return other
+
     def get(self, name: str) -> T:
         try:
             return self._items[name]
@@ -53,6 +69,9 @@ class Registry(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def keys(self):  # noqa: ANN201 - dict keys view
+        return self._items.keys()
+
     def items(self):  # noqa: ANN201 - dict items view
         return self._items.items()
 
@@ -60,7 +79,23 @@ class Registry(Generic[T]):
         return self._items.values()
 
 
+#: Workload names -> :class:`lab.workloads.Workload` (:func:`lab.workloads.register_workload` adds to it).
+WORKLOADS: Registry = Registry("workload")
+#: Technique option names (``bf16``, ``prune50``) -> :class:`lab.recipes.Technique` (``register_technique``).
+TECHNIQUES: Registry = Registry("technique")
+#: Recipe names -> ``base RunConfig -> Ablation`` functions (registered by :mod:`lab.recipes`).
+RECIPES: Registry = Registry("recipe")
+#: Config fields -> the doctor's predictor for a technique that sets that field (:mod:`lab.doctor.predict`),
+#: in the order the doctor asks them.
+PREDICTORS: Registry = Registry("doctor predictor")
 #: ``data.loader`` names -> loader builders (registered by :mod:`lab.data.loaders`).
 LOADERS: Registry = Registry("data.loader")
 #: ``data.storage`` names -> :class:`lab.data.storage.StoragePreset` (registered by :mod:`lab.data.storage`).
 STORAGES: Registry = Registry("data.storage")
+#: Technique family names -> :class:`lab.technique.Technique` (each package registers its own when imported).
+FAMILIES: Registry = Registry("technique family")
+#: The order a run applies the families in (:func:`lab.technique.default_chain`): data builds the loader that
+#: distributed slices; compute swaps in fast kernels before pruning sees the model; pruning before quantization
+#: (int8 of a pruned model, never pruning of an int8 one); distributed wraps last and unwraps first. A new family
+#: is one package that registers itself plus its name here.
+FAMILY_ORDER = ("data", "compute", "precision", "pruning", "quant", "distributed")

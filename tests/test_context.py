@@ -1,5 +1,5 @@
 """One context for runs and studies: ``prepare`` builds what a run needs once, ``ctx.fit`` assembles the step
-from the config through the technique packages' doors, so a study trains exactly the step its run trains."""
+from the config through the run's technique chain, so a study trains exactly the step its run trains."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from lab import RunConfig, prepare, run
-from lab.context import doors
 from lab.data.studies.stalls import ideal_replay
-from lab.train import DOORS
+from lab.registry import FAMILIES, FAMILY_ORDER
+from lab.technique import Technique, TechniqueChain, default_chain
 
 STEP_CFG = dict(workload="toy", size="tiny", threads=1, max_steps=4, latency_repeats=0)
 
@@ -25,15 +25,90 @@ def test_prepare_restores_threads_and_builds_a_seeded_model(toy_workload):
     assert torch.get_num_threads() == before
 
 
-def test_every_technique_package_is_a_door_with_the_same_verbs(toy_workload):
-    assert doors() == DOORS
+def test_every_family_is_one_registered_technique_in_the_stated_order(toy_workload):
+    chain = default_chain()
+    assert chain.names() == FAMILY_ORDER and set(FAMILIES.names()) == set(FAMILY_ORDER)
+    assert all(isinstance(t, Technique) and FAMILIES.get(t.name) is t for t in chain)
     result = run(RunConfig(**STEP_CFG))
-    for door in DOORS:
-        for verb in ("check", "before_training", "after_training", "report"):
-            assert callable(getattr(door, verb)), (door.__name__, verb)
-        assert isinstance(door.report(result), dict)
+    summaries = result.details["techniques"]  # the run record's family section comes from report()
+    assert set(summaries) == set(FAMILY_ORDER) and summaries["precision"]["resolved"] == "fp32"
+    assert summaries["compute"] == {"fused_optimizer": False, "fast_kernels": False, "compile": False}
     assert result.details["steps"]["train"] == {"optimizer": "Adam", "fused": False, "precision": "fp32",
                                                 "compiled": False, "ddp": False, "loader": "InMemoryLoader"}
+
+
+class Recorder(Technique):
+    """A toy technique: one package's worth of stages, added to a run without touching lab.train."""
+
+    name = "recorder"
+
+    def __init__(self, calls: list[str], *, refuse: bool = False) -> None:
+        self.calls, self.refuse = calls, refuse
+
+    def check(self, cfg):
+        self.calls.append("check")
+        if self.refuse:
+            raise ValueError("recorder=on is invalid here")
+
+    def join(self, ctx):
+        self.calls.append("join")
+
+    def preflight(self, ctx, model):
+        self.calls.append("preflight")
+
+    def before_training(self, ctx, model):
+        self.calls.append("before_training")
+        return model, [lambda step, _model: self.calls.append("hook") if step == 0 else None]
+
+    def wrap(self, ctx, model):
+        self.calls.append("wrap")
+        return model
+
+    def unwrap(self, ctx, model):
+        self.calls.append("unwrap")
+        return model
+
+    def leave(self, ctx):
+        self.calls.append("leave")
+
+    def after_training(self, ctx, model):
+        self.calls.append("after_training")
+        torch.nn.init.zeros_(next(model.parameters()))  # visible in the final metric and the nonzero count
+        return model
+
+    def report(self, result):
+        return {"calls": len(self.calls)}
+
+
+def test_a_toy_technique_joins_a_run_through_the_chain_in_stage_order(toy_workload):
+    calls: list[str] = []
+    chain = TechniqueChain([*default_chain(), Recorder(calls)])
+    plain = run(RunConfig(**STEP_CFG))
+    toyed = run(RunConfig(**STEP_CFG), techniques=chain)
+    assert [c for c in calls if c != "hook"] == ["check", "join", "preflight", "before_training", "wrap", "unwrap",
+                                                 "leave", "after_training"]
+    assert calls.count("hook") == 1  # its step hook ran inside the fit
+    assert toyed.details["techniques"]["recorder"] == {"calls": len(calls)}
+    assert toyed.losses == plain.losses  # the same training; only after_training changed the model
+    assert toyed.nonzero_params < plain.nonzero_params
+
+
+def test_a_technique_that_refuses_stops_the_run_before_any_work(toy_workload):
+    calls: list[str] = []
+    with pytest.raises(ValueError, match="recorder=on is invalid"):
+        run(RunConfig(**STEP_CFG), techniques=TechniqueChain([*default_chain(), Recorder(calls, refuse=True)]))
+    assert calls == ["check"]
+
+
+def test_a_chain_refuses_duplicates_and_unnamed_techniques():
+    with pytest.raises(ValueError, match="twice"):
+        TechniqueChain([*default_chain(), FAMILIES.get("data")])
+    with pytest.raises(TypeError, match="not a named"):
+        TechniqueChain([Technique()])
+    bare = TechniqueChain([])
+    with prepare(RunConfig(workload="ctr", size="tiny", threads=1), techniques=bare) as ctx, \
+            pytest.raises(RuntimeError, match="builds loaders"):
+        ctx.make_loader()
 
 
 @pytest.mark.parametrize("overrides", [

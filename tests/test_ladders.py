@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-import lab  # noqa: F401 - installs the technique doors
+import lab  # noqa: F401 - registers the technique families
 from lab import RunConfig
 from lab.context import prepare, resolve
 from lab.measure import count_params

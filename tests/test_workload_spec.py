@@ -175,7 +175,7 @@ def test_a_loss_that_explodes_early_is_diverged_even_when_its_metric_beats_untra
 
 def test_learning_and_divergence_rules():
     from lab.result import RunResult
-    from lab.train import divergence_why, learning_why
+    from lab.result.health import divergence_why, learning_why
 
     assert learning_why(0.505, 0.5, None, True, "auc", baseline=True).startswith("baseline did not learn: auc")
     assert learning_why(0.60, 0.5, 0.5, True, "auc", baseline=True) is None

@@ -24,44 +24,55 @@ import torch._dynamo
 from torch import nn
 
 from lab.config import RunConfig
-from lab.context import FitPlan, TrainContext
+from lab.context import TrainContext
 from lab.loop import FitStats, StepHook
+from lab.registry import FAMILIES
 from lab.result import RunResult
+from lab.technique import FitPlan, Technique
 from lab.workloads import get_workload, list_workloads
 
 
-def check(cfg: RunConfig) -> None:
-    """Refuse what cannot run before any work: fast kernels for a workload without them; compile with DDP."""
-    if cfg.compute.fast_kernels and get_workload(cfg.workload).fast_kernels is None:
-        raise ValueError(f"compute.fast_kernels=True is invalid for workload {cfg.workload!r}: it has no faster "
-                         "implementation (workloads with one: "
-                         + ", ".join(n for n in list_workloads() if get_workload(n).fast_kernels) + ")")
-    if cfg.compute.compile and cfg.ddp.enabled:
-        raise ValueError("compute.compile=True is invalid with ddp: compiling the DDP-wrapped model is not wired "
-                         "up in this lab yet; compare compile on a single process")
+class Compute(Technique):
+    """Fused optimizer, fast kernels and ``torch.compile``: the same math, executed faster."""
 
+    name = "compute"
 
-def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
-    """Switch to the workload's fast kernels (same parameters, same math)."""
-    if ctx.cfg.compute.fast_kernels:
-        model = ctx.workload.fast_kernels(model)
-    return model, []
+    def check(self, cfg: RunConfig) -> None:
+        """Refuse what cannot run before any work: fast kernels for a workload without them; compile with DDP."""
+        if cfg.compute.fast_kernels and get_workload(cfg.workload).fast_kernels is None:
+            raise ValueError(f"compute.fast_kernels=True is invalid for workload {cfg.workload!r}: it has no "
+                             "faster implementation (workloads with one: "
+                             + ", ".join(n for n in list_workloads() if get_workload(n).fast_kernels) + ")")
+        if cfg.compute.compile and cfg.ddp.enabled:
+            raise ValueError("compute.compile=True is invalid with ddp: compiling the DDP-wrapped model is not "
+                             "wired up in this lab yet; compare compile on a single process")
 
+    def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+        """Switch to the workload's fast kernels (same parameters, same math)."""
+        if ctx.cfg.compute.fast_kernels:
+            model = ctx.workload.fast_kernels(model)
+        return model, []
 
-def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
-    """Fused optimizer for every fit; ``torch.compile`` for the main training phase only (fine-tunes after
-    pruning or QAT change the module structure and run eagerly). Compilation happens in the first step,
-    inside the timing."""
-    plan.fused_optimizer = ctx.cfg.compute.fused_optimizer
-    if ctx.cfg.compute.compile and plan.phase == "train":
-        torch._dynamo.reset()  # this run pays its own compile (module docstring)
-        before = compile_counters()
-        plan.forward = torch.compile(model)
+    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+        """Fused optimizer for every fit; ``torch.compile`` for the main training phase only (fine-tunes after
+        pruning or QAT change the module structure and run eagerly). Compilation happens in the first step,
+        inside the timing."""
+        plan.fused_optimizer = ctx.cfg.compute.fused_optimizer
+        if ctx.cfg.compute.compile and plan.phase == "train":
+            torch._dynamo.reset()  # this run pays its own compile (module docstring)
+            before = compile_counters()
+            plan.forward = torch.compile(model)
 
-        def record(stats: FitStats) -> None:
-            ctx.result.details["compile"] = compile_record(stats.step_times_ms["total"], before, compile_counters())
+            def record(stats: FitStats) -> None:
+                ctx.result.details["compile"] = compile_record(stats.step_times_ms["total"], before,
+                                                               compile_counters())
 
-        plan.finished.append(record)
+            plan.finished.append(record)
+
+    def report(self, result: RunResult) -> dict[str, Any]:
+        """Which compute options ran."""
+        cfg = (result.config or {}).get("compute", {})
+        return {k: bool(cfg.get(k, False)) for k in ("fused_optimizer", "fast_kernels", "compile")}
 
 
 def compile_counters() -> dict[str, int]:
@@ -81,11 +92,6 @@ def compile_record(step_ms: list[float], before: dict[str, int], after: dict[str
             "graph_breaks": after["graph_breaks"] - before["graph_breaks"]}
 
 
-def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
-    return model
+TECHNIQUE = FAMILIES.register(Compute.name, Compute(), overwrite=True)  # overwrite: importlib.reload stays idempotent
 
-
-def report(result: RunResult) -> dict[str, Any]:
-    """Which compute options ran."""
-    cfg = (result.config or {}).get("compute", {})
-    return {k: bool(cfg.get(k, False)) for k in ("fused_optimizer", "fast_kernels", "compile")}
+__all__ = ["Compute", "TECHNIQUE", "compile_counters", "compile_record"]

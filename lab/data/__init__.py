@@ -9,12 +9,11 @@ assignment and its skew (:mod:`.sharding`), and the studies that train through :
 The file-backed source (``data.source="files"``: :mod:`.files` writes, :mod:`.decode` decodes and augments,
 :mod:`.fileloaders` reads through every loader) and checkpoint / mid-epoch resume (:mod:`.checkpoint`).
 
-The family's door (see :mod:`lab.context`): ``loader_factory`` builds every fit's loader from ``cfg.data``
-(files written once per run context, then read by every loader); ``fit_options`` hands the main fit its
-checkpoint hook; ``after_training`` records the ideal bound of every run (the step without its data wait;
-with ``data.ideal_replay`` also the replay of cached batches through the same step), the file reads, and the
-"data-bound" why tag. Taught in ``notebooks/01_data_loading.ipynb``.
-"""
+The family's technique (:class:`DataLoading`, see :mod:`lab.technique`): ``loader_factory`` builds every fit's
+loader from ``cfg.data`` (files written once per run context, then read by every loader); ``fit_options`` hands the
+main fit its checkpoint hook; ``after_training`` records the ideal bound of every run (the step without its data
+wait; with ``data.ideal_replay`` also the replay of cached batches through the same step), the file reads, and the
+"data-bound" why tag. Taught in ``notebooks/01_data_loading.ipynb``."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ import torch
 from torch import nn
 
 from lab.config import RunConfig
-from lab.context import FitPlan, TrainContext
-from lab.context import before_training as _doors_before_training
+from lab.context import TrainContext
 from lab.data.checkpoint import Checkpointer, checkpoints_root, load_checkpoint, resolve_checkpoint
 from lab.data.decode import Augment
 from lab.data.fileloaders import ReadStats, make_file_loader
@@ -38,12 +36,14 @@ from lab.data.sampler import InMemoryLoader, ShuffledBatchSampler
 from lab.data.studies.skew import rank_partition
 from lab.data.studies.stalls import CachedLoader
 from lab.data.studies.threads import recommend
-from lab.loop import Loader, StepHook
+from lab.loop import Loader
+from lab.registry import FAMILIES
 from lab.result import RunResult
+from lab.technique import FitPlan, Technique
 
 __all__ = ["DATA_BOUND_SHARE", "DevicePrefetcher", "InMemoryLoader", "LoaderSpec", "NaiveLoader",
-           "ShuffledBatchSampler", "TensorBatchDataset", "ThreadPrefetcher", "after_training", "before_training",
-           "check", "data_bound_why", "files_for", "fit_options", "loader_factory", "make_loader", "report"]
+           "ShuffledBatchSampler", "TensorBatchDataset", "ThreadPrefetcher", "TECHNIQUE",
+           "DataLoading", "data_bound_why", "files_for", "make_loader"]
 
 #: A run whose measured steps wait for data more than this share of the time is tagged "data-bound".
 DATA_BOUND_SHARE = 0.10
@@ -51,15 +51,6 @@ DATA_BOUND_SHARE = 0.10
 REPLAY_STEPS = 20
 #: The augmentation the file-backed image source applies (flip off: a mirrored digit is another glyph).
 IMAGE_AUGMENT = Augment(pad=2, flip_p=0.0)
-
-
-def check(cfg: RunConfig) -> None:
-    """A ``--resume`` checkpoint must exist and have been written by this config, before any work."""
-    if cfg.resume is not None:
-        load_checkpoint(resolve_checkpoint(cfg.resume), cfg.to_dict())
-    if cfg.ddp.shard != "batch" and cfg.data.source == "files":
-        raise ValueError(f"ddp.shard={cfg.ddp.shard!r} is invalid with data.source='files': per-rank shards "
-                         "are cut from the in-memory split; use --data-source memory")
 
 
 def files_for(ctx: TrainContext) -> FileSet:
@@ -75,49 +66,12 @@ def _read_stats(ctx: TrainContext) -> ReadStats:
     return ctx.state.setdefault("data_read_stats", ReadStats())
 
 
-def loader_factory(ctx: TrainContext, make: Callable[[int], Loader] | None) -> Callable[[int], Loader]:
-    """``batch size -> loader`` over the training split as ``cfg.data`` asks (the base every fit uses): over
-    in-memory tensors, or over the shard files of ``data.source="files"``."""
-    cfg = ctx.cfg
-    if cfg.data.source == "files":
-        def make_files(batch_size: int) -> Loader:
-            files = files_for(ctx)
-            augment = IMAGE_AUGMENT if files.kind == "tar" else None
-            return make_file_loader(files, cfg.data, batch_size, seed=cfg.seed, device=ctx.device,
-                                    stats=_read_stats(ctx), augment=augment)
-        return make_files
-    if cfg.ddp.shard != "batch" and ctx.ddp is not None and ctx.ddp.info.distributed:
-        # Per-rank shards (issue 18): this rank reads only its part, shuffled inside it; distributed keeps it whole.
-        info = ctx.ddp.info
-        rows = torch.from_numpy(rank_partition(ctx.data.train[-1], info.world_size, info.rank, cfg.ddp.shard,
-                                               order=cfg.ddp.shard_order, seed=cfg.seed))
-        part = tuple(t[rows] for t in ctx.data.train)
-        return lambda batch_size: make_loader(part, cfg.data, batch_size, seed=cfg.seed, device=ctx.device)
-    return lambda batch_size: make_loader(ctx.data.train, cfg.data, batch_size, seed=cfg.seed, device=ctx.device)
-
-
-def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
-    """The main training fit (the first ``train`` phase over the run's own loader) gets the checkpoint hook."""
-    cfg = ctx.cfg
-    if (cfg.checkpoint_every is None and cfg.resume is None) or plan.phase != "train" or plan.probe \
-            or isinstance(plan.loader, CachedLoader) or "checkpoint" in ctx.state:
-        return
-    folder = checkpoints_root() / ctx.result.run_id if cfg.checkpoint_every else None
-    resume_from = resolve_checkpoint(cfg.resume) if cfg.resume is not None else None
-    plan.checkpoint = ctx.state["checkpoint"] = Checkpointer(config=cfg.to_dict(), folder=folder,
-                                                             every=cfg.checkpoint_every, resume_from=resume_from)
-
-
-def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
-    return model, []
-
-
 def _replay_step_ms(ctx: TrainContext) -> float | None:
     """The ideal bound measured: ``REPLAY_STEPS`` batches read first (untimed), then trained from memory on a
-    fresh copy of the run's model through ``ctx.fit`` (same optimizer, precision, compile and doors)."""
+    fresh copy of the run's model through ``ctx.fit`` (same optimizer, precision, compile and techniques)."""
     from lab.data.studies.stalls import replay_cached, stall_summary
 
-    stats = replay_cached(ctx, REPLAY_STEPS, lambda: _doors_before_training(ctx, ctx.new_model()),
+    stats = replay_cached(ctx, REPLAY_STEPS, lambda: ctx.techniques.before_training(ctx, ctx.new_model()),
                           phase="ideal_replay", fewest=ctx.cfg.warmup_steps + 2)
     if stats is None:
         return None
@@ -126,7 +80,23 @@ def _replay_step_ms(ctx: TrainContext) -> float | None:
     return summary["compute_ms"] + summary["data_wait_ms"]
 
 
-def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
+def data_bound_why(wait_fraction: float | None, ideal_ms: float | None, median_ms: float | None,
+                   replay_ms: float | None = None) -> str | None:
+    """The "data-bound" why tag when the loader costs more than :data:`DATA_BOUND_SHARE` of the step: by the
+    measured data wait, or (with a replay) by the gap between the run's step and the replayed one."""
+    if not median_ms:
+        return None
+    if wait_fraction is not None and wait_fraction > DATA_BOUND_SHARE:
+        return (f"data-bound: {100 * wait_fraction:.0f}% of the step waits for data (ideal step {ideal_ms:.3g} ms "
+                f"vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% threshold): a "
+                "prefetching loader or more workers would help")
+    if replay_ms and 1 - replay_ms / median_ms > DATA_BOUND_SHARE:
+        return (f"data-bound: the replay of cached batches steps in {replay_ms:.3g} ms vs {median_ms:.3g} ms "
+                f"measured (above the {100 * DATA_BOUND_SHARE:.0f}% threshold)")
+    return None
+
+
+def _record_data_path(ctx: TrainContext, model: nn.Module) -> nn.Module:
     """Record the ideal bound and the data path's work in ``result.details["data"]``; tag a data-bound run."""
     cfg, result = ctx.cfg, ctx.result
     median_ms, ideal_ms, wait = result.median_step_ms, result.ideal_step_ms, result.data_wait_fraction
@@ -158,27 +128,61 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
     return model
 
 
-def data_bound_why(wait_fraction: float | None, ideal_ms: float | None, median_ms: float | None,
-                   replay_ms: float | None = None) -> str | None:
-    """The "data-bound" why tag when the loader costs more than :data:`DATA_BOUND_SHARE` of the step: by the
-    measured data wait, or (with a replay) by the gap between the run's step and the replayed one."""
-    if not median_ms:
-        return None
-    if wait_fraction is not None and wait_fraction > DATA_BOUND_SHARE:
-        return (f"data-bound: {100 * wait_fraction:.0f}% of the step waits for data (ideal step {ideal_ms:.3g} ms "
-                f"vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% threshold): a "
-                "prefetching loader or more workers would help")
-    if replay_ms and 1 - replay_ms / median_ms > DATA_BOUND_SHARE:
-        return (f"data-bound: the replay of cached batches steps in {replay_ms:.3g} ms vs {median_ms:.3g} ms "
-                f"measured (above the {100 * DATA_BOUND_SHARE:.0f}% threshold)")
-    return None
+class DataLoading(Technique):
+    """Every fit's loader from ``cfg.data`` (in memory or shard files), checkpoint / resume, the ideal bound."""
+
+    name = "data"
+
+    def check(self, cfg: RunConfig) -> None:
+        """A ``--resume`` checkpoint must exist and have been written by this config, before any work."""
+        if cfg.resume is not None:
+            load_checkpoint(resolve_checkpoint(cfg.resume), cfg.to_dict())
+        if cfg.ddp.shard != "batch" and cfg.data.source == "files":
+            raise ValueError(f"ddp.shard={cfg.ddp.shard!r} is invalid with data.source='files': per-rank shards "
+                             "are cut from the in-memory split; use --data-source memory")
+
+    def loader_factory(self, ctx: TrainContext, make: Callable[[int], Loader] | None) -> Callable[[int], Loader]:
+        """``batch size -> loader`` over the training split as ``cfg.data`` asks (the base every fit uses): over
+        in-memory tensors, or over the shard files of ``data.source="files"``."""
+        cfg = ctx.cfg
+        if cfg.data.source == "files":
+            def make_files(batch_size: int) -> Loader:
+                files = files_for(ctx)
+                augment = IMAGE_AUGMENT if files.kind == "tar" else None
+                return make_file_loader(files, cfg.data, batch_size, seed=cfg.seed, device=ctx.device,
+                                        stats=_read_stats(ctx), augment=augment)
+            return make_files
+        if cfg.ddp.shard != "batch" and ctx.ddp is not None and ctx.ddp.info.distributed:
+            # Per-rank shards (issue 18): this rank reads only its part, shuffled inside it; distributed keeps it whole.
+            info = ctx.ddp.info
+            rows = torch.from_numpy(rank_partition(ctx.data.train[-1], info.world_size, info.rank, cfg.ddp.shard,
+                                                   order=cfg.ddp.shard_order, seed=cfg.seed))
+            part = tuple(t[rows] for t in ctx.data.train)
+            return lambda batch_size: make_loader(part, cfg.data, batch_size, seed=cfg.seed, device=ctx.device)
+        return lambda batch_size: make_loader(ctx.data.train, cfg.data, batch_size, seed=cfg.seed, device=ctx.device)
+
+    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+        """The main training fit (the first ``train`` phase over the run's own loader) gets the checkpoint hook."""
+        cfg = ctx.cfg
+        if (cfg.checkpoint_every is None and cfg.resume is None) or plan.phase != "train" or plan.probe \
+                or isinstance(plan.loader, CachedLoader) or "checkpoint" in ctx.state:
+            return
+        folder = checkpoints_root() / ctx.result.run_id if cfg.checkpoint_every else None
+        resume_from = resolve_checkpoint(cfg.resume) if cfg.resume is not None else None
+        plan.checkpoint = ctx.state["checkpoint"] = Checkpointer(config=cfg.to_dict(), folder=folder,
+                                                                 every=cfg.checkpoint_every, resume_from=resume_from)
+
+    def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        return _record_data_path(ctx, model)
+
+    def report(self, result: RunResult) -> dict[str, Any]:
+        """Loader, storage, workers, source, and the share of the step spent waiting for data."""
+        cfg = (result.config or {}).get("data", {})
+        data = result.details.get("data") or {}
+        return {"loader": cfg.get("loader"), "storage": cfg.get("storage"), "num_workers": cfg.get("num_workers"),
+                "source": cfg.get("source", "memory"), "data_wait_fraction": result.data_wait_fraction,
+                "ideal_step_ms": result.ideal_step_ms, "data_bound_share": data.get("data_bound_share"),
+                "files_read": data.get("files_read"), "bytes_read": data.get("bytes_read")}
 
 
-def report(result: RunResult) -> dict[str, Any]:
-    """Loader, storage, workers, source, and the share of the step spent waiting for data."""
-    cfg = (result.config or {}).get("data", {})
-    data = result.details.get("data") or {}
-    return {"loader": cfg.get("loader"), "storage": cfg.get("storage"), "num_workers": cfg.get("num_workers"),
-            "source": cfg.get("source", "memory"), "data_wait_fraction": result.data_wait_fraction,
-            "ideal_step_ms": result.ideal_step_ms, "data_bound_share": data.get("data_bound_share"),
-            "files_read": data.get("files_read"), "bytes_read": data.get("bytes_read")}
+TECHNIQUE = FAMILIES.register(DataLoading.name, DataLoading(), overwrite=True)  # overwrite: reload idempotent

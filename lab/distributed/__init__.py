@@ -6,10 +6,11 @@ poorly") can only be checked by running real DistributedDataParallel and timing 
 :mod:`.ddp` is DDP in the one loop; :mod:`.scaling` is the alpha-beta model that projects the measurements to
 N workers; :mod:`.checks` holds the worker functions the tests, notebook and benchmark spawn.
 
-The family's door (see :mod:`lab.context`): ``loader_factory`` slices every rank's share of the global batch,
-``fit_options`` hands the loop the DDP runtime, ``before_training`` wraps the model (last of all doors),
-``after_training`` unwraps it and records ``result.details["ddp"]``. Taught in ``notebooks/05_distributed.ipynb``.
-"""
+The family's technique (:class:`DataParallel`, see :mod:`lab.technique`) has stages of its own: ``launch`` spawns
+the ranks, ``join`` enters the process group, ``loader_factory`` slices every rank's share of the global batch,
+``fit_options`` hands the loop the DDP runtime, ``wrap`` wraps the model (after the untrained evaluation),
+``unwrap`` unwraps it and records ``result.details["ddp"]``, ``leave`` leaves the group. Taught in
+``notebooks/05_distributed.ipynb``."""
 
 from __future__ import annotations
 
@@ -21,52 +22,27 @@ from typing import Any
 from torch import nn
 
 from lab.config import RunConfig
-from lab.context import FitPlan, TrainContext, resolve_device
+from lab.context import TrainContext, resolve_device
 from lab.distributed import ddp, launch
 from lab.distributed.ddp import *  # noqa: F403 - the names in its __all__
-from lab.distributed.ddp import RankSlicedLoader, describe, unwrap, wrap
+from lab.distributed.ddp import RankSlicedLoader, describe, setup_for_run, unwrap, wrap
 from lab.distributed.launch import *  # noqa: F403 - the names in its __all__
-from lab.distributed.launch import check_spawn_world_size, detect_launch, resolve_backend
-from lab.loop import Loader, StepHook
+from lab.distributed.launch import check_spawn_world_size, detect_launch, finish, resolve_backend, spawn_run
+from lab.loop import Loader
+from lab.registry import FAMILIES
 from lab.result import RunResult
+from lab.technique import FitPlan, Technique
 
-__all__ = [*ddp.__all__, *launch.__all__,
-           "after_training", "before_training", "check", "fit_options", "loader_factory", "profiled", "report"]
-
-
-def check(cfg: RunConfig) -> None:
-    """Refuse a backend this machine cannot run (NCCL without CUDA), and more ranks than this machine may
-    spawn (:func:`lab.distributed.launch.check_spawn_world_size`), before spawning any rank."""
-    if cfg.ddp.enabled:
-        device = resolve_device(cfg.device)
-        resolve_backend(cfg.ddp.backend, device)
-        if cfg.ddp.world_size > 1 and not detect_launch().distributed:  # spawned here, not by torchrun / srun
-            check_spawn_world_size(cfg.ddp.world_size, device)
+__all__ = [*ddp.__all__, *launch.__all__, "DataParallel", "PROFILE_PHASE", "TECHNIQUE", "profiled"]
 
 
 def _distributed(ctx: TrainContext) -> bool:
     return ctx.ddp is not None and ctx.ddp.info.distributed
 
 
-def loader_factory(ctx: TrainContext, make: Callable[[int], Loader] | None) -> Callable[[int], Loader] | None:
-    """Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice;
-    with ``ddp.shard`` set, each rank reads its own shard at its own batch size (the data door builds it)."""
-    if make is None or not _distributed(ctx) or ctx.cfg.ddp.shard != "batch":
-        return make  # with ddp.shard, the data door already built this rank's loader over its own shard
-    info = ctx.ddp.info
-    return lambda batch_size: RankSlicedLoader(make(batch_size * info.world_size), info.rank, info.world_size)
-
-
-#: The phase of ``--profile``'s captured steps (``lab.train.capture_training_profile``): a probe that must take
+#: The phase of ``--profile``'s captured steps (``lab.profiling.capture_training_profile``): a probe that must take
 #: the run's own step, accumulation and all-reduces included.
 PROFILE_PHASE = "profile"
-
-
-def fit_options(ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
-    """The loop's ``ddp`` argument: ``no_sync`` accumulation and the comm timing (not for a probe, except the
-    profiled steps, which must be the run's step)."""
-    if not plan.probe or plan.phase == PROFILE_PHASE:
-        plan.ddp = ctx.ddp
 
 
 @contextlib.contextmanager
@@ -86,25 +62,70 @@ def profiled(ctx: TrainContext, model: nn.Module) -> Iterator[nn.Module]:
         ctx.ddp = saved
 
 
-def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
-    """Wrap in DistributedDataParallel when there are several ranks."""
-    if ctx.ddp is not None:
-        model = wrap(model, ctx.ddp, ctx.cfg.ddp, ctx.device)
-    return model, []
+class DataParallel(Technique):
+    """DistributedDataParallel over several processes (and ``no_sync`` gradient accumulation in one)."""
+
+    name = "distributed"
+
+    def check(self, cfg: RunConfig) -> None:
+        """Refuse a backend this machine cannot run (NCCL without CUDA), and more ranks than this machine may
+        spawn (:func:`lab.distributed.launch.check_spawn_world_size`), before spawning any rank."""
+        if cfg.ddp.enabled:
+            device = resolve_device(cfg.device)
+            resolve_backend(cfg.ddp.backend, device)
+            if cfg.ddp.world_size > 1 and not detect_launch().distributed:  # spawned here, not by torchrun / srun
+                check_spawn_world_size(cfg.ddp.world_size, device)
+
+    def launch(self, cfg: RunConfig, run: Callable[[RunConfig], RunResult]) -> RunResult | None:
+        """Several ranks asked for and no launcher started them: spawn one process per rank, each calling
+        ``run(cfg)`` (it must be importable: :func:`lab.train.run`), and return rank 0's result."""
+        if cfg.ddp.world_size > 1 and not detect_launch().distributed:
+            return spawn_run(cfg, run)
+        return None
+
+    def join(self, ctx: TrainContext) -> None:
+        """Join the process group (every rank), or set up single-process accumulation; ``ctx.ddp`` says which."""
+        ctx.ddp, ctx.state["ddp.created_group"] = setup_for_run(ctx.cfg, ctx.device)
+
+    def loader_factory(self, ctx: TrainContext, make: Callable[[int], Loader] | None
+                       ) -> Callable[[int], Loader] | None:
+        """Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice;
+        with ``ddp.shard`` set, each rank reads its own shard at its own batch size (the data technique builds
+        it)."""
+        if make is None or not _distributed(ctx) or ctx.cfg.ddp.shard != "batch":
+            return make  # with ddp.shard, the data technique already built this rank's loader over its own shard
+        info = ctx.ddp.info
+        return lambda batch_size: RankSlicedLoader(make(batch_size * info.world_size), info.rank, info.world_size)
+
+    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+        """The loop's ``ddp`` argument: ``no_sync`` accumulation and the comm timing (not for a probe, except the
+        profiled steps, which must be the run's step)."""
+        if not plan.probe or plan.phase == PROFILE_PHASE:
+            plan.ddp = ctx.ddp
+
+    def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """Wrap in DistributedDataParallel when there are several ranks (after the untrained evaluation)."""
+        return wrap(model, ctx.ddp, ctx.cfg.ddp, ctx.device) if ctx.ddp is not None else model
+
+    def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """Unwrap and record ranks, backend, effective batch and bytes per step."""
+        if ctx.ddp is None:
+            return model
+        ctx.result.details["ddp"] = describe(ctx.ddp, ctx.cfg, ctx.resolved.batch_size, ctx.resolved.lr)
+        return unwrap(model)
+
+    def leave(self, ctx: TrainContext) -> None:
+        """Leave the process group this run created, after a barrier (every rank at the same point)."""
+        if ctx.state.pop("ddp.created_group", False):
+            finish()
+
+    def report(self, result: RunResult) -> dict[str, Any]:
+        """Ranks, effective batch and the share of the step in communication."""
+        rec = result.details.get("ddp", {})
+        phases = result.phase_medians_ms()
+        total = phases.get("total") or float("nan")
+        return {"world_size": rec.get("world_size", 1), "effective_batch": rec.get("effective_batch"),
+                "comm_fraction": phases.get("comm", 0.0) / total if total == total else None}
 
 
-def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
-    """Unwrap and record ranks, backend, effective batch and bytes per step."""
-    if ctx.ddp is None:
-        return model
-    ctx.result.details["ddp"] = describe(ctx.ddp, ctx.cfg, ctx.resolved.batch_size, ctx.resolved.lr)
-    return unwrap(model)
-
-
-def report(result: RunResult) -> dict[str, Any]:
-    """Ranks, effective batch and the share of the step in communication."""
-    rec = result.details.get("ddp", {})
-    phases = result.phase_medians_ms()
-    total = phases.get("total") or float("nan")
-    return {"world_size": rec.get("world_size", 1), "effective_batch": rec.get("effective_batch"),
-            "comm_fraction": phases.get("comm", 0.0) / total if total == total else None}
+TECHNIQUE = FAMILIES.register(DataParallel.name, DataParallel(), overwrite=True)  # overwrite: reload idempotent

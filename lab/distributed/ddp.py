@@ -88,7 +88,7 @@ class CommRecorder:
 
 @dataclass
 class DDPRuntime:
-    """What :func:`lab.train.fit` needs to train data-parallel: no_sync for accumulation, the recorder."""
+    """What :func:`lab.loop.fit` needs to train data-parallel: no_sync for accumulation, the recorder."""
 
     info: LaunchInfo
     backend: str
@@ -118,8 +118,8 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def setup_for_run(cfg, device: torch.device) -> tuple[DDPRuntime | None, bool]:
-    """Called by ``lab.train.run`` in every rank: (runtime or None when single-process, whether we created
-    the process group and must destroy it)."""
+    """Called by the distributed technique's ``join`` in every rank: (runtime or None when single-process,
+    whether we created the process group and must destroy it)."""
     info = detect_launch()
     if cfg.ddp.world_size > 1 and info.world_size != cfg.ddp.world_size:
         raise ValueError(f"ddp.world_size={cfg.ddp.world_size} is invalid here: the launcher started "

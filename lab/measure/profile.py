@@ -14,7 +14,7 @@ loop's own timer, not the profiler) that no op covers: Python, dispatch between 
 cost. Ops shorter than :data:`TINY_OP_US` are reported as a share too: they are dispatch-bound, so a
 faster kernel for them buys nothing. Taught in ``notebooks/08_doctor.ipynb``.
 
-Data-parallel steps (DDP; :func:`lab.train.profile_run` profiles every rank and keeps rank 0's): the
+Data-parallel steps (DDP; :func:`lab.profiling.capture_training_profile` profiles every rank and keeps rank 0's): the
 communication class is the *exposed* part only, so the classes still sum to the step. DDP issues each
 bucket's all-reduce from backward (``c10d::allreduce_`` inside ``AccumulateGrad``) and gloo runs it on a
 background thread (``gloo:all_reduce``, an async event) while backward goes on. What the training thread

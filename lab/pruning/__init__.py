@@ -6,12 +6,11 @@ Why report MACs *and* measured time: a mask skips no work on a dense kernel, so 
 ~1.0x speed however many zeros it holds; only removing channels makes the layers smaller, and even that
 gains less than the MACs ratio on small layers.
 
-The family's door (see :mod:`lab.context`): ``before_training`` validates the layer selection (and for
-``gradual`` installs identity masks and the schedule hook); ``after_training`` prunes (or finishes the ramp),
-fine-tunes at ``lr * finetune_lr_factor`` through ``ctx.fit``, bakes the masks in and records
-``result.details["prune"]``. A workload whose model is not traced as one graph says so through its
-``Workload.prune_scopes`` hook. Notebook: ``notebooks/03_pruning.ipynb``.
-"""
+The family's technique (:class:`Pruning`, see :mod:`lab.technique`): ``preflight`` validates the layer selection
+against a fresh model, ``before_training`` installs identity masks and the schedule hook for ``gradual``;
+``after_training`` prunes (or finishes the ramp), fine-tunes at ``lr * finetune_lr_factor`` through ``ctx.fit``,
+bakes the masks in and records ``result.details["prune"]``. A workload whose model is not traced as one graph says
+so through its ``Workload.prune_scopes`` hook. Notebook: ``notebooks/03_pruning.ipynb``."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from torch import nn
 from torch.nn.utils import prune as tprune
 
 from lab import measure
-from lab.config import PruneConfig, RunConfig
+from lab.config import PruneConfig
 from lab.context import TrainContext
 from lab.loop import StepHook
 from lab.pruning import channels, masks, schedule
@@ -44,16 +43,11 @@ from lab.pruning.report import *  # noqa: F403 - the names in its __all__
 from lab.pruning.report import record
 from lab.pruning.schedule import *  # noqa: F403 - the names in its __all__
 from lab.pruning.schedule import GradualPruner
+from lab.registry import FAMILIES
 from lab.result import RunResult
+from lab.technique import Technique
 
-__all__ = [*channels.__all__, *masks.__all__, *report_.__all__, *schedule.__all__,
-           "after_training", "before_training", "check", "report"]
-
-
-
-
-def check(cfg: RunConfig) -> None:
-    """Nothing to refuse before the model exists: the layer names are checked in :func:`before_training`."""
+__all__ = [*channels.__all__, *masks.__all__, *report_.__all__, *schedule.__all__, "Pruning", "TECHNIQUE"]
 
 
 def _batch(tensors: tuple[torch.Tensor, ...], n: int, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -71,29 +65,6 @@ def _check_model(model: nn.Module, pcfg: PruneConfig, scopes: ScopesFn | None,
     return prunable_weights(model, pcfg.layers, example)
 
 
-def preflight(ctx: TrainContext, model: nn.Module) -> None:
-    """Check ``prune.layers`` (and what the method can prune) against a fresh model, before any training."""
-    if ctx.cfg.prune.enabled:
-        _check_model(model, ctx.cfg.prune, ctx.workload.prune_scopes, _batch(ctx.data.train, 2, ctx.device))
-
-
-def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
-    """Validate the selection; for ``gradual``, put identity masks on the targets (so the optimizer holds
-    ``weight_orig`` from step 0) and return the cubic-schedule step hook."""
-    pcfg = ctx.cfg.prune
-    if not pcfg.enabled:
-        return model, []
-    targets = _check_model(model, pcfg, ctx.workload.prune_scopes, _batch(ctx.data.train, 2, ctx.device))
-    if pcfg.schedule != "gradual" or targets is None:
-        return model, []
-    for _, m, w in targets:
-        tprune.identity(m, w)
-    attach_mask_refresh(model)
-    hook = GradualPruner(pcfg, ctx.total_steps(), targets)
-    ctx.state["prune.schedule"] = hook  # after_training finishes the ramp
-    return model, [hook]
-
-
 def _copy(model: nn.Module, example: tuple) -> nn.Module:
     """deepcopy that also works mid-training: a masked module's ``weight`` is a non-leaf tensor from the
     last training forward, which deepcopy refuses; one no-grad eval forward recomputes it as a plain one."""
@@ -105,7 +76,7 @@ def _copy(model: nn.Module, example: tuple) -> nn.Module:
     return copy.deepcopy(model)
 
 
-def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
+def _prune_and_finetune(ctx: TrainContext, model: nn.Module) -> nn.Module:
     """One-shot prune (or finish the gradual ramp), fine-tune through ``ctx.fit``, bake the masks in, and
     record the figures in ``result.details["prune"]`` with "why" tags where speed falls short of theory."""
     pcfg, device = ctx.cfg.prune, ctx.device
@@ -143,9 +114,39 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
     return model
 
 
-def report(result: RunResult) -> dict[str, Any]:
-    """Sparsity, the MACs ratio theory promises and the inference speedup measured."""
-    rec = result.details.get("prune", {})
-    return {"method": rec.get("method", "none"), "amount": rec.get("amount", 0.0),
-            "sparsity_prunable": rec.get("sparsity_prunable"), "macs_ratio": rec.get("macs_ratio"),
-            "inference_speedup": (rec.get("inference") or {}).get("speedup")}
+class Pruning(Technique):
+    """Masks or channel removal after training (or a gradual ramp during it), then a fine-tune."""
+
+    name = "pruning"
+
+    def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
+        """Check ``prune.layers`` (and what the method can prune) against a fresh model, before any training."""
+        if ctx.cfg.prune.enabled:
+            _check_model(model, ctx.cfg.prune, ctx.workload.prune_scopes, _batch(ctx.data.train, 2, ctx.device))
+
+    def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+        """For ``gradual``, put identity masks on the targets (so the optimizer holds ``weight_orig`` from
+        step 0) and return the cubic-schedule step hook, sized by :meth:`TrainContext.total_steps`."""
+        pcfg = ctx.cfg.prune
+        if not pcfg.enabled or pcfg.schedule != "gradual" or pcfg.method == "structured_channels":
+            return model, []
+        targets = prunable_weights(model, pcfg.layers, _batch(ctx.data.train, 2, ctx.device))
+        for _, m, w in targets:
+            tprune.identity(m, w)
+        attach_mask_refresh(model)
+        hook = GradualPruner(pcfg, ctx.total_steps(), targets)
+        ctx.state["prune.schedule"] = hook  # after_training finishes the ramp
+        return model, [hook]
+
+    def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        return _prune_and_finetune(ctx, model)
+
+    def report(self, result: RunResult) -> dict[str, Any]:
+        """Sparsity, the MACs ratio theory promises and the inference speedup measured."""
+        rec = result.details.get("prune", {})
+        return {"method": rec.get("method", "none"), "amount": rec.get("amount", 0.0),
+                "sparsity_prunable": rec.get("sparsity_prunable"), "macs_ratio": rec.get("macs_ratio"),
+                "inference_speedup": (rec.get("inference") or {}).get("speedup")}
+
+
+TECHNIQUE = FAMILIES.register(Pruning.name, Pruning(), overwrite=True)  # overwrite: reload stays idempotent

@@ -5,10 +5,9 @@ the legacy torch.ao path (``quant.flow='legacy'``); a swap guard that refuses a 
 interleaved latency against fp32 eager and fp32 compiled with CIs, compile time, accuracy delta against its
 noise floor, output error, MACs beside the measured speedup, the training cost of QAT).
 
-The family's door (see :mod:`lab.context`): ``check`` refuses what int8 here cannot run (CUDA, fp16/bf16
-autocast) before any work; ``after_training`` quantizes the trained model (QAT fine-tunes through
-``ctx.fit`` first) and records ``result.details["quant"]``. Notebook: ``notebooks/04_quantization.ipynb``.
-"""
+The family's technique (:class:`Quantization`, see :mod:`lab.technique`): ``check`` refuses what int8 here cannot
+run (CUDA, fp16/bf16 autocast) before any work; ``after_training`` quantizes the trained model (QAT fine-tunes
+through ``ctx.fit`` first) and records ``result.details["quant"]``. Notebook: ``notebooks/04_quantization.ipynb``."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
-from lab.loop import StepHook
 from lab.quant import fair, graph, int8, numerics, pt2e, swap
 from lab.quant import report as report_
 from lab.quant.fair import *  # noqa: F403 - the names in its __all__
@@ -32,50 +30,15 @@ from lab.quant.report import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import measure_against_float
 from lab.quant.swap import *  # noqa: F403 - the names in its __all__
 from lab.quant.swap import check_model
+from lab.registry import FAMILIES
 from lab.result import RunResult
+from lab.technique import Technique
 
 __all__ = [*fair.__all__, *graph.__all__, *int8.__all__, *numerics.__all__, *pt2e.__all__, *report_.__all__,
-           *swap.__all__,
-           "after_training", "before_training", "check", "report"]
+           *swap.__all__, "Quantization", "TECHNIQUE"]
 
 
-
-
-def check(cfg: RunConfig) -> None:
-    """Refuse int8 combinations this machine cannot run, before any training (torchao missing for the
-    default PT2E flow included: one line, and the way out)."""
-    if cfg.quant.enabled:
-        check_supported(cfg)
-        if cfg.quant.flow == "pt2e":
-            pt2e.check_available()
-            pt2e.check_pt2e_config(cfg.quant)
-
-
-def preflight(ctx: TrainContext, model: nn.Module) -> None:
-    """Before any training: the method must be able to replace something in this model, and static int8
-    cannot calibrate on more batches than the training split holds."""
-    qc = ctx.cfg.quant
-    if not qc.enabled:
-        return
-    check_model(model, qc.method)
-    if qc.method == "static":
-        available = len(ctx.make_loader())
-        # the default (16) adapts to a small split; a number asked for must be there
-        if qc.calibration_batches > available and qc.calibration_batches != QuantConfig().calibration_batches:
-            raise ValueError(f"quant.calibration_batches={qc.calibration_batches} is invalid: the training split "
-                             f"has {available} batches of {ctx.resolved.batch_size}; lower it (or the batch size)")
-
-
-def before_training(ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
-    """Refuse a model in which the method could replace nothing (saying why per layer), before training.
-    Nothing else: QAT here trains float first, then fine-tunes with fake-quant in :func:`after_training`
-    (fake-quant from step 0 slows every step and learns ranges of a network that is still changing)."""
-    if ctx.cfg.quant.enabled:
-        check_model(model, ctx.cfg.quant.method)
-    return model, []
-
-
-def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
+def _quantize_trained(ctx: TrainContext, model: nn.Module) -> nn.Module:
     """Quantize the trained model and record float-vs-int8 size, latency, accuracy and error."""
     qc = ctx.cfg.quant
     if not qc.enabled:
@@ -99,11 +62,48 @@ def after_training(ctx: TrainContext, model: nn.Module) -> nn.Module:
     return q
 
 
-def report(result: RunResult) -> dict[str, Any]:
-    """Method, size ratio and the batch-N inference speedup against the float model."""
-    rec = result.details.get("quant", {})
-    lat = rec.get("latency") or {}
-    big = max(lat, key=lambda k: int(k.split("_")[-1]), default=None)
-    return {"method": rec.get("method", "none"), "size_ratio": rec.get("size_ratio"),
-            "inference_speedup": lat[big]["ratio"] if big else None,
-            "kept_float": (rec.get("swap") or {}).get("kept_float", [])}
+class Quantization(Technique):
+    """Int8 of the trained model (QAT fine-tunes with fake-quant first), measured against its float model."""
+
+    name = "quant"
+
+    def check(self, cfg: RunConfig) -> None:
+        """Refuse int8 combinations this machine cannot run, before any training (torchao missing for the
+        default PT2E flow included: one line, and the way out)."""
+        if cfg.quant.enabled:
+            check_supported(cfg)
+            if cfg.quant.flow == "pt2e":
+                pt2e.check_available()
+                pt2e.check_pt2e_config(cfg.quant)
+
+    def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
+        """Before any training: the method must be able to replace something in this model (saying why per
+        layer), and static int8 cannot calibrate on more batches than the training split holds. Nothing happens
+        before training: QAT here trains float first, then fine-tunes with fake-quant after it (fake-quant from
+        step 0 slows every step and learns ranges of a network that is still changing)."""
+        qc = ctx.cfg.quant
+        if not qc.enabled:
+            return
+        check_model(model, qc.method)
+        if qc.method == "static":
+            available = ctx.steps_per_epoch()
+            # the default (16) adapts to a small split; a number asked for must be there
+            if qc.calibration_batches > available and qc.calibration_batches != QuantConfig().calibration_batches:
+                raise ValueError(f"quant.calibration_batches={qc.calibration_batches} is invalid: the training "
+                                 f"split has {available} batches of {ctx.resolved.batch_size}; lower it (or the "
+                                 "batch size)")
+
+    def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        return _quantize_trained(ctx, model)
+
+    def report(self, result: RunResult) -> dict[str, Any]:
+        """Method, size ratio and the batch-N inference speedup against the float model."""
+        rec = result.details.get("quant", {})
+        lat = rec.get("latency") or {}
+        big = max(lat, key=lambda k: int(k.split("_")[-1]), default=None)
+        return {"method": rec.get("method", "none"), "size_ratio": rec.get("size_ratio"),
+                "inference_speedup": lat[big]["ratio"] if big else None,
+                "kept_float": (rec.get("swap") or {}).get("kept_float", [])}
+
+
+TECHNIQUE = FAMILIES.register(Quantization.name, Quantization(), overwrite=True)  # overwrite: reload idempotent

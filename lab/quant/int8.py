@@ -13,7 +13,7 @@ The swap guard: quantization APIs skip modules they do not support *silently* (d
 of the modules asked for were replaced by quantized ones and which stayed float, and raise
 :class:`QuantizationNoOpError` if none were. A no-op must never be reported as int8.
 
-Taught in ``notebooks/04_quantization``; measured in ``benchmarks/quantization.py``; the run's door is
+Taught in ``notebooks/04_quantization``; measured in ``benchmarks/quantization.py``; the run's technique is
 :mod:`lab.quant`.
 """
 

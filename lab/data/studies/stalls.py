@@ -16,7 +16,7 @@ import numpy as np
 from torch import nn
 
 from lab.config import RunConfig
-from lab.context import TrainContext, before_training, prepare
+from lab.context import TrainContext, prepare
 from lab.loop import FitStats, StepHook
 
 COMPUTE_PHASES = ("forward", "backward", "optimizer", "comm")
@@ -78,8 +78,9 @@ def replay_cached(ctx: TrainContext, steps: int,
                   fewest: int = 0) -> FitStats | None:
     """The ideal replay, the one place it is written: read up to ``steps`` batches through the run's loader
     first (untimed), then train ``prepared()``'s model with its step hooks (default: a fresh copy of the run's
-    model through every door's ``before_training`` but the multi-process one) on exactly those batches from
-    memory, through the run's own ``ctx.fit`` (its optimizer, precision policy, fast kernels and compile).
+    model through every technique's ``before_training``; none wraps for several processes there) on exactly
+    those batches from memory, through the run's own ``ctx.fit`` (its optimizer, precision policy, fast kernels
+    and compile).
     ``None``, before any model is built, when the loader gave fewer than ``fewest`` batches."""
     loader = ctx.make_loader()
     loader.set_epoch(0)
@@ -90,7 +91,7 @@ def replay_cached(ctx: TrainContext, steps: int,
             break
     if len(batches) < fewest:
         return None
-    model, hooks = prepared() if prepared is not None else before_training(ctx, ctx.new_model())
+    model, hooks = prepared() if prepared is not None else ctx.techniques.before_training(ctx, ctx.new_model())
     return ctx.fit(model, epochs=1, lr=ctx.resolved.lr, max_steps=len(batches), step_hooks=hooks,
                    loader=CachedLoader(batches), phase=phase)
 

@@ -1,0 +1,218 @@
+"""One technique protocol: what a technique family plugs into a run, and the ordered chain that runs them.
+
+Why one protocol: every family (data loading, compute options, mixed precision, pruning, quantization,
+data-parallel training) changes a run at the same few moments, so :class:`Technique` names those moments once,
+each a no-op by default; a family overrides only the ones it needs, and :mod:`lab.train` reads top to bottom
+without knowing any family by name. The stages of a run, in order (docs/architecture.md section 3)::
+
+    check(cfg)                     before any work: what the config asks of this machine
+    launch(cfg, run) -> result     start the run in other processes instead (data-parallel spawn); else None
+    join(ctx)                      enter the run's group of processes (data-parallel)
+    preflight(ctx, model)          what needs the data or a fresh model, refused before training
+    before_training(ctx, model)    the model a run trains (fast kernels, masks) and its step hooks
+    wrap(ctx, model)               after the untrained evaluation: the training wrapper (DDP)
+    fit_options(ctx, model, plan)  every fit: the optimizer, policy, forward, DDP step it runs with
+    loader_factory(ctx, make)      every fit's loader, each family wrapping the one before it
+    unwrap(ctx, model)             after the fit, in reverse order
+    leave(ctx)                     leave the group of processes, in reverse order
+    after_training(ctx, model)     rank 0: prune + fine-tune, quantize, record (int8 of a pruned model)
+    report(result) -> dict         the family's section of ``result.details["techniques"]``
+
+:class:`TechniqueChain` holds them in an explicit order: :data:`lab.registry.FAMILY_ORDER` names it, each
+package registers its technique in :data:`lab.registry.FAMILIES` when imported, and :func:`default_chain`
+builds the chain that :func:`lab.train.run` passes to :func:`lab.context.prepare`. A caller can pass its own
+chain (a test adds a toy technique that way). Validation lives only in ``check`` and ``preflight``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from lab.loop import DDPStep, FitStats, Loader, StepHook, StepPolicy
+from lab.registry import FAMILIES, FAMILY_ORDER
+
+if TYPE_CHECKING:
+    from lab.config import RunConfig
+    from lab.context import TrainContext
+    from lab.result import RunResult
+
+
+@dataclass
+class FitPlan:
+    """What one ``ctx.fit`` call will run. Techniques fill in their part in chain order."""
+
+    phase: str
+    lr: float
+    probe: bool  # a short measuring fit (the precision probe): no progress events, no DDP
+    loader: Loader
+    fused_optimizer: bool = False
+    policy: StepPolicy | None = None
+    forward: Callable[..., torch.Tensor] | None = None
+    ddp: DDPStep | None = None
+    finished: list[Callable[[FitStats], None]] = field(default_factory=list)  # called with the stats
+    checkpoint: Any = None  # lab.loop.Checkpointer: the data family's checkpoint / resume of the main fit
+
+
+class Technique:
+    """A technique family's part in a run; every stage is a no-op until a subclass overrides it."""
+
+    #: The family's name in :data:`lab.registry.FAMILIES` (also its key in ``details["techniques"]``).
+    name: str = ""
+
+    def check(self, cfg: RunConfig) -> None:
+        """Refuse what cannot run on this machine, before any data is made or any process started."""
+
+    def launch(self, cfg: RunConfig, run: Callable[[RunConfig], RunResult]) -> RunResult | None:
+        """Run ``cfg`` elsewhere (e.g. one process per rank, each calling ``run``) and return rank 0's result."""
+        return None
+
+    def join(self, ctx: TrainContext) -> None:
+        """Enter the run's group of processes."""
+
+    def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
+        """Refuse what the data or a fresh model makes impossible (a layer name that matches nothing)."""
+
+    def loader_factory(self, ctx: TrainContext, make: Callable[[int], Loader] | None
+                       ) -> Callable[[int], Loader] | None:
+        """``batch size -> loader``, built on the previous family's factory (``None`` for the first)."""
+        return make
+
+    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+        """Contribute to one fit: a fused optimizer, a precision policy, a compiled forward, the DDP step."""
+
+    def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+        """The model to train and the step hooks its loop calls."""
+        return model, []
+
+    def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """The training wrapper, applied after the untrained model was evaluated."""
+        return model
+
+    def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """Undo :meth:`wrap` after training."""
+        return model
+
+    def leave(self, ctx: TrainContext) -> None:
+        """Leave what :meth:`join` entered (every rank at the same point)."""
+
+    def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """Rank 0, after training: the final model (pruned, quantized) and the family's figures."""
+        return model
+
+    def report(self, result: RunResult) -> dict[str, Any] | None:
+        """A short summary of what the family did in ``result`` (``None``: nothing to say)."""
+        return None
+
+
+class TechniqueChain(Sequence[Technique]):
+    """Techniques in the order their contributions apply; each stage runs them all (unwrap and leave in
+    reverse). The one place a run reaches the families."""
+
+    def __init__(self, techniques: Iterable[Technique]) -> None:
+        self._items = tuple(techniques)
+        names = [t.name for t in self._items]
+        for t in self._items:
+            if not isinstance(t, Technique) or not t.name:
+                raise TypeError(f"{t!r} is not a named lab.technique.Technique")
+        if len(set(names)) != len(names):
+            raise ValueError(f"a technique appears twice in the chain: {names}")
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - Sequence protocol
+        return self._items[i]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Technique]:
+        return iter(self._items)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self._items)
+
+    def without(self, *names: str) -> TechniqueChain:
+        return TechniqueChain(t for t in self._items if t.name not in names)
+
+    def check(self, cfg: RunConfig) -> None:
+        for t in self._items:
+            t.check(cfg)
+
+    def launch(self, cfg: RunConfig, run: Callable[[RunConfig], RunResult]) -> RunResult | None:
+        for t in self._items:
+            launched = t.launch(cfg, run)
+            if launched is not None:
+                return launched
+        return None
+
+    def join(self, ctx: TrainContext) -> None:
+        for t in self._items:
+            t.join(ctx)
+
+    def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
+        for t in self._items:
+            t.preflight(ctx, model)
+
+    def loader_factory(self, ctx: TrainContext) -> Callable[[int], Loader]:
+        make: Callable[[int], Loader] | None = None
+        for t in self._items:
+            make = t.loader_factory(ctx, make)
+        if make is None:
+            raise RuntimeError(f"no technique in the chain {self.names()} builds loaders")
+        return make
+
+    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+        for t in self._items:
+            t.fit_options(ctx, model, plan)
+
+    def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+        hooks: list[StepHook] = []
+        for t in self._items:
+            model, more = t.before_training(ctx, model)
+            hooks.extend(more)
+        return model, hooks
+
+    def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        for t in self._items:
+            model = t.wrap(ctx, model)
+        return model
+
+    def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        for t in reversed(self._items):
+            model = t.unwrap(ctx, model)
+        return model
+
+    def leave(self, ctx: TrainContext) -> None:
+        for t in reversed(self._items):
+            t.leave(ctx)
+
+    def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        for t in self._items:
+            model = t.after_training(ctx, model)
+        return model
+
+    def report(self, result: RunResult) -> dict[str, dict[str, Any]]:
+        """``{family: summary}`` for the families that had something to say."""
+        out = {}
+        for t in self._items:
+            summary = t.report(result)
+            if summary is not None:
+                out[t.name] = summary
+        return out
+
+
+def default_chain() -> TechniqueChain:
+    """The registered families in :data:`lab.registry.FAMILY_ORDER` (``import lab`` registers them all)."""
+    registered, ordered = set(FAMILIES.names()), set(FAMILY_ORDER)
+    if registered != ordered:
+        missing, unordered = sorted(ordered - registered), sorted(registered - ordered)
+        raise RuntimeError("the technique registry and lab.registry.FAMILY_ORDER disagree: "
+                           + (f"not registered (import lab): {missing}; " if missing else "")
+                           + (f"registered but not in FAMILY_ORDER: {unordered}" if unordered else ""))
+    return TechniqueChain(FAMILIES.get(n) for n in FAMILY_ORDER)
+
+
+__all__ = ["FitPlan", "Technique", "TechniqueChain", "default_chain"]
