@@ -18,6 +18,7 @@ from typing import Any
 
 from lab.ablation import AXES, Ablation
 from lab.config import RunConfig
+from lab.registry import RECIPES, TECHNIQUES
 
 
 @dataclass(frozen=True)
@@ -38,17 +39,15 @@ class Technique:
             raise ValueError(f"Technique.axes={self.axes!r} is invalid: allowed: one or more of {', '.join(AXES)}")
 
 
-TECHNIQUES: dict[str, Technique] = {}
 
 
 def register_technique(tech: Technique, *, overwrite: bool = False) -> Technique:
     """Add a technique to the registry the dashboard and recipes read. Validates the overrides against
     ``RunConfig`` at once, so a typo fails here and not in the middle of an ablation."""
     if tech.name in TECHNIQUES and not overwrite:
-        raise ValueError(f"technique {tech.name!r} is already registered (pass overwrite=True to replace it)")
+        TECHNIQUES.register(tech.name, tech)  # raises: already registered
     RunConfig().with_overrides(**tech.overrides)
-    TECHNIQUES[tech.name] = tech
-    return tech
+    return TECHNIQUES.register(tech.name, tech, overwrite=True)
 
 
 def list_techniques(family: str | None = None) -> list[str]:
@@ -56,10 +55,8 @@ def list_techniques(family: str | None = None) -> list[str]:
 
 
 def get_technique(name: str) -> Technique:
-    try:
-        return TECHNIQUES[name]
-    except KeyError:
-        raise ValueError(f"technique={name!r} is unknown: allowed: {', '.join(TECHNIQUES)}") from None
+    """The option registered as ``name``; an unknown one is a ``ValueError`` listing the known ones."""
+    return TECHNIQUES.get(name)
 
 
 # Quantization runs on CPU engines (fbgemm/x86/qnnpack), so its arms pin the device; on a CPU box that
@@ -225,14 +222,10 @@ def speed_stack(base: RunConfig, storage: str = "network_fs", extras: Sequence[s
     return from_techniques("speed_stack", naive, arms)
 
 
-RECIPES: dict[str, Callable[[RunConfig], Ablation]] = {
-    "stacked": stacked, "speed_stack": speed_stack, "mixed_precision": mixed_precision, "pruning_sweep": pruning_sweep,
-    "quantization": quantization, "data_loading": data_loading, "distributed": distributed,
-}
+for _recipe in (stacked, speed_stack, mixed_precision, pruning_sweep, quantization, data_loading, distributed):
+    RECIPES.register(_recipe.__name__, _recipe, overwrite=True)  # overwrite: importlib.reload stays idempotent
 
 
 def get_recipe(name: str) -> Callable[[RunConfig], Ablation]:
-    try:
-        return RECIPES[name]
-    except KeyError:
-        raise ValueError(f"recipe={name!r} is unknown: allowed: {', '.join(RECIPES)}") from None
+    """The recipe registered as ``name``; an unknown one is a ``ValueError`` listing the known ones."""
+    return RECIPES.get(name)

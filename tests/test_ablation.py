@@ -219,7 +219,7 @@ def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workl
     assert "baseline" in out and "bf16" in out and "verdict (train, within 1): n = 1: no interval, no verdict" in out
     assert main(["ablate", "--recipe", "nope"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("lab: error: recipe='nope' is unknown") and "\n" not in err
+    assert err.startswith("lab: error: recipe='nope' is invalid") and "\n" not in err
 
 
 def test_stored_ablations_are_grouped_by_workload_size_and_threads(toy_workload, private_store):

@@ -68,9 +68,9 @@ def test_factorial_has_all_subsets_and_refuses_conflicts(base):
         factorial(base, ["bf16", "fp16"])
     with pytest.raises(ValueError, match="techniques=\\[\\]"):
         factorial(base, [])
-    with pytest.raises(ValueError, match="technique='nope' is unknown"):
+    with pytest.raises(ValueError, match="technique='nope' is invalid"):
         combine(["nope"])
-    with pytest.raises(ValueError, match="recipe='nope' is unknown"):
+    with pytest.raises(ValueError, match="recipe='nope' is invalid"):
         get_recipe("nope")
 
 

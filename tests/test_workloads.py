@@ -44,7 +44,7 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture
 def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> dict:
     """A private copy of the registry, so registering test workloads leaks into no other test."""
-    registry = dict(base._REGISTRY)
+    registry = base._REGISTRY.copy()
     monkeypatch.setattr(base, "_REGISTRY", registry)
     return registry
 

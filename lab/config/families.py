@@ -133,8 +133,9 @@ class PruneConfig(_Family):
 
     family: ClassVar[str] = "prune"
     SWITCH: ClassVar[str] = "prune.method (--prune)"
-    METHODS: ClassVar[tuple[str, ...]] = (
-        "none", "l1_unstructured", "global_unstructured", "random_unstructured", "structured_channels")
+    #: Methods that mask weights in place (no layer gets smaller), and every method: the one list of names.
+    MASK_METHODS: ClassVar[tuple[str, ...]] = ("l1_unstructured", "global_unstructured", "random_unstructured")
+    METHODS: ClassVar[tuple[str, ...]] = ("none", *MASK_METHODS, "structured_channels")
     SCHEDULES: ClassVar[tuple[str, ...]] = ("oneshot", "gradual")
 
     method: str = "none"
@@ -193,7 +194,8 @@ class QuantConfig(_Family):
 
     family: ClassVar[str] = "quant"
     SWITCH: ClassVar[str] = "quant.method (--quant)"
-    METHODS: ClassVar[tuple[str, ...]] = ("none", "dynamic", "static", "qat")
+    INT8_METHODS: ClassVar[tuple[str, ...]] = ("dynamic", "static", "qat")
+    METHODS: ClassVar[tuple[str, ...]] = ("none", *INT8_METHODS)
     FLOWS: ClassVar[tuple[str, ...]] = ("pt2e", "legacy")
     OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
     REDUCE_RANGE: ClassVar[tuple[str, ...]] = ("auto", "on", "off")

@@ -3,7 +3,7 @@
 Why a real run and not a static look at the model: the op mix of a step depends on the batch, the loader,
 the thread count and the machine (the same DLRM is embedding-bound at batch 128 and matmul-bound at 8192),
 so the doctor measures the user's own step, through the same :func:`lab.run` every ablation uses, with
-``profile=True`` (:func:`lab.train.profile_run`). Then every technique in :data:`lab.recipes.TECHNIQUES`
+``profile=True`` (:func:`lab.profiling.profile_run`). Then every technique in :data:`lab.recipes.TECHNIQUES`
 that the capability gate and the config checks allow gets a prediction (:mod:`lab.doctor.predict`); the
 others are listed with the reason they were left out. Taught in ``notebooks/08_doctor.ipynb``.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from lab.config import RunConfig
+from lab.config import QuantConfig, RunConfig
 from lab.context import prepare, resolve, resolve_device
 from lab.doctor import model_rates
 from lab.doctor import rates as rates_
@@ -224,7 +224,7 @@ def _card_dtype(overrides: dict[str, Any]) -> str | None:
     dtype = overrides.get("precision.dtype")
     if dtype in ("bf16", "fp16"):
         return dtype
-    return "int8" if overrides.get("quant.method") in ("dynamic", "static", "qat") else None
+    return "int8" if overrides.get("quant.method") in QuantConfig.INT8_METHODS else None
 
 
 def cite_machine_card(preds: list[Prediction], skipped: dict[str, str], techniques: Sequence[Technique],

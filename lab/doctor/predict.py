@@ -13,15 +13,18 @@ synthetic breakdowns and rates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from lab.config import PruneConfig, QuantConfig
 from lab.doctor.amdahl import COMPUTE, Prediction, Rates, _fmt, _pct, amdahl, monte_carlo
 from lab.doctor.compile_rate import CompileCost
 from lab.doctor.rates import ONE, Rate, prior
 from lab.measure.profile import Breakdown
+from lab.registry import PREDICTORS
 
 
 def _split_matmul(b: Breakdown) -> dict[str, float]:
@@ -299,35 +302,73 @@ def predict_int8(name: str, method: str, b: Breakdown, r: Rates) -> Prediction:
                       f"{_fmt(s, lo, hi)}", sorted({x.source for x in rates.values()}))
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One technique to predict: its name and overrides, the measured breakdowns, this machine's rates."""
+
+    name: str
+    overrides: Mapping[str, Any]
+    train: Breakdown
+    infer: Breakdown | None
+    rates: Rates
+    precision_preds: list[Prediction]
+
+
+Predictor = Callable[[Any, Ask], "Prediction | None"]
+
+
+def _precision(dtype: Any, a: Ask) -> Prediction | None:
+    return predict_auto(a.name, a.precision_preds) if dtype == "auto" else predict_precision(a.name, dtype, a.train,
+                                                                                             a.rates)
+
+
+def _loader(loader: Any, a: Ask) -> Prediction | None:
+    if loader == "thread":
+        return predict_loader(a.name, a.train, 0, a.rates)
+    if loader == "dataloader":
+        return predict_loader(a.name, a.train, int(a.overrides.get("data.num_workers", 0)), a.rates)
+    return None
+
+
+def _pruning(method: Any, a: Ask) -> Prediction | None:
+    if a.infer is None:
+        return None
+    amount = float(a.overrides.get("prune.amount", 0.5))
+    if method == "structured_channels":
+        return predict_channels(a.name, amount, a.infer, a.rates)
+    return predict_masks(a.name, amount) if method in PruneConfig.MASK_METHODS else None
+
+
+def _int8(method: Any, a: Ask) -> Prediction | None:
+    if a.infer is None or method not in QuantConfig.INT8_METHODS:
+        return None
+    return predict_int8(a.name, method, a.infer, a.rates)
+
+
+# The doctor's predictors, by the config field a technique sets (asked in this order; the first that predicts
+# wins): a technique registered later that sets one of these fields is predicted with no change here.
+for _field, _predictor in (
+        ("precision.dtype", _precision),
+        ("compute.fused_optimizer", lambda on, a: predict_fused(a.name, a.train, a.rates) if on else None),
+        ("compute.compile", lambda on, a: predict_compile(a.name, a.train, a.rates) if on else None),
+        ("compute.fast_kernels", lambda on, a: predict_fast_kernels(a.name, a.train, a.rates) if on else None),
+        ("data.loader", _loader),
+        ("prune.method", _pruning),
+        ("quant.method", _int8)):
+    PREDICTORS.register(_field, _predictor, overwrite=True)  # overwrite: importlib.reload stays idempotent
+
+
 def predict_technique(name: str, overrides: Mapping[str, Any], axes: tuple[str, ...], train: Breakdown,
                       infer: Breakdown | None, r: Rates, precision_preds: list[Prediction] | None = None
                       ) -> Prediction | None:
-    """Dispatch on what the technique's overrides change; ``None`` when no model here covers it."""
-    o = dict(overrides)
-    if "precision.dtype" in o:
-        dtype = o["precision.dtype"]
-        if dtype == "auto":
-            return predict_auto(name, precision_preds or [])
-        return predict_precision(name, dtype, train, r)
-    if o.get("compute.fused_optimizer"):
-        return predict_fused(name, train, r)
-    if o.get("compute.compile"):
-        return predict_compile(name, train, r)
-    if o.get("compute.fast_kernels"):
-        return predict_fast_kernels(name, train, r)
-    if o.get("data.loader") == "thread":
-        return predict_loader(name, train, 0, r)
-    if o.get("data.loader") == "dataloader":
-        return predict_loader(name, train, int(o.get("data.num_workers", 0)), r)
-    if infer is None:
-        return None
-    method = o.get("prune.method")
-    if method == "structured_channels":
-        return predict_channels(name, float(o.get("prune.amount", 0.5)), infer, r)
-    if method in ("l1_unstructured", "global_unstructured", "random_unstructured"):
-        return predict_masks(name, float(o.get("prune.amount", 0.5)))
-    if o.get("quant.method") in ("dynamic", "static", "qat"):
-        return predict_int8(name, o["quant.method"], infer, r)
+    """The first registered predictor (:data:`lab.registry.PREDICTORS`) for a field the technique's overrides set
+    that gives a prediction; ``None`` when no model here covers it."""
+    ask = Ask(name, dict(overrides), train, infer, r, precision_preds or [])
+    for field, predictor in PREDICTORS.items():
+        if field in ask.overrides:
+            prediction = predictor(ask.overrides[field], ask)
+            if prediction is not None:
+                return prediction
     return None
 
 
@@ -347,5 +388,5 @@ def rank(predictions: list[Prediction]) -> list[Prediction]:
     return sorted(predictions, key=lambda p: (order.get(p.axis, 2), -p.speedup, -p.lo))
 
 
-__all__ = ["COMPUTE", "FUSABLE", "Prediction", "Rates", "amdahl", "compile_step_ms", "compile_time_s",
-           "larger_batch_advice", "monte_carlo", "predict_technique", "rank"]
+__all__ = ["Ask", "COMPUTE", "FUSABLE", "Prediction", "Predictor", "Rates", "amdahl", "compile_step_ms",
+           "compile_time_s", "larger_batch_advice", "monte_carlo", "predict_technique", "rank"]

@@ -39,7 +39,7 @@ MASKABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, 
                                                nn.EmbeddingBag, nn.MultiheadAttention)
 DEFAULT_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.LSTM, nn.GRU,
                                               nn.MultiheadAttention)
-UNSTRUCTURED = ("l1_unstructured", "global_unstructured", "random_unstructured")
+UNSTRUCTURED = PruneConfig.MASK_METHODS
 #: Measured below this fraction of the theoretical ratio earns a "why" tag.
 SHORTFALL = 0.7
 

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from lab.registry import WORKLOADS
+
 REQUIRED_SIZES: tuple[str, ...] = ("tiny", "small", "full")
 #: The model-size rungs a ladder may name (issue 15), smallest first; ``RunConfig.model_scale`` picks one.
 SCALE_NAMES: tuple[str, ...] = ("xs", "s", "m", "l", "xl")
@@ -182,7 +184,7 @@ class Workload:
             ) from None
 
 
-_REGISTRY: dict[str, Workload] = {}
+_REGISTRY = WORKLOADS  # lab.registry.WORKLOADS: the one registry of workload names
 
 
 def _validate(workload: Workload) -> None:
@@ -219,21 +221,20 @@ def register_workload(workload: Workload, *, overwrite: bool = False) -> Workloa
         raise ValueError(
             f"workload {workload.name!r} is already registered; pass overwrite=True to replace it"
         )
-    _REGISTRY[workload.name] = workload
+    _REGISTRY.register(workload.name, workload, overwrite=True)
     return workload
 
 
 def get_workload(name: str) -> Workload:
     """The workload registered as ``name``; an unknown name raises ``ValueError`` listing the known ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown workload {name!r}; available: {list_workloads()}") from None
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown workload {name!r}; available: {list_workloads()}")
+    return _REGISTRY.get(name)
 
 
 def registered(name: str) -> Workload | None:
     """The workload registered as ``name``, or ``None`` (no error, no environment loading)."""
-    return _REGISTRY.get(name)
+    return _REGISTRY.get(name) if name in _REGISTRY else None
 
 
 def list_workloads() -> list[str]:
