@@ -23,7 +23,7 @@ from lab.cli import main
     (["run", "--prune", "structured_channels", "--prune-amount", "1.5", "--size", "tiny"], "prune.amount=1.5"),
     (["run", "--no-such-flag"], "unrecognized arguments"),
     (["frobnicate"], "invalid choice"),
-    (["ablate", "--size", "huge"], "invalid choice: 'huge'"),
+    (["ablate", "--size", "huge"], "size='huge' is invalid"),  # the config's own flag and check
     (["ablate", "--recipe", "nope", "--size", "tiny"], "nope"),
     ([], "required"),
     (["bench", "--only", "nope"], "unknown benchmark"),

@@ -1,12 +1,17 @@
-"""Command-line options shared by the subcommands: the one results-store flag, output paths checked before any
-work, and the usage error every subcommand reports as one line with exit status 2."""
+"""Command-line options shared by the subcommands: the configuration from the config's own flags, the one
+results-store flag, output paths checked before any work, and the usage error every subcommand reports as one
+line with exit status 2."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import Any
+
+from lab.config import FAMILIES, RunConfig
 
 
 class UsageError(Exception):
@@ -22,12 +27,22 @@ class _DeprecatedStoreFlag(argparse.Action):
         namespace.store = values
 
 
-def _store_flags(parser: argparse.ArgumentParser, help_text: str) -> None:
+def config_from_args(args: argparse.Namespace, *, defaults: dict[str, Any] | None = None) -> RunConfig:
+    """The RunConfig the flags describe: only flags the user gave override ``defaults`` (the subcommand's base,
+    e.g. an ablation's) and then :class:`RunConfig`'s defaults (config flags default to ``argparse.SUPPRESS``)."""
+    keys = {f.name for f in dataclasses.fields(RunConfig) if f.name not in FAMILIES}
+    keys |= {f"{fam}.{f.name}" for fam, cls in FAMILIES.items() for f in dataclasses.fields(cls)}
+    overrides = {k: v for k, v in vars(args).items() if k in keys}
+    return RunConfig().with_overrides(**{**(defaults or {}), **overrides})
+
+
+def store_flags(parser: argparse.ArgumentParser | Any, help_text: str) -> None:
+    """``--store PATH`` (and the deprecated ``--db`` alias) on ``parser`` or one of its argument groups."""
     parser.add_argument("--store", metavar="PATH", default=None, help=help_text)
     parser.add_argument("--db", metavar="PATH", action=_DeprecatedStoreFlag, help=argparse.SUPPRESS)
 
 
-def _writable_file(path: str, flag: str) -> Path:
+def writable_file(path: str, flag: str) -> Path:
     """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
     folder that cannot be written or created. Nothing is left behind here: the check creates a probe (a
     temporary file, or a temporary folder where ``out``'s folder is still missing) and removes it, because
@@ -55,4 +70,4 @@ def _writable_file(path: str, flag: str) -> Path:
     return out
 
 
-__all__ = ["UsageError"]
+__all__ = ["UsageError", "config_from_args", "store_flags", "writable_file"]

@@ -33,7 +33,7 @@ from lab.crossover.mapping import (
 from lab.crossover.place import describe, family_of, place, place_model, place_workload
 from lab.crossover.report import cross_hardware_table, figures, headline_lines, load_maps, write_strict_json
 from lab.crossover.threads import compare_maps, stops_paying, workers_along_ladder
-from lab.crossover.threads_study import load_study, summary_lines, threads_cli, threads_study, write_study
+from lab.crossover.threads_study import load_study, summary_lines, threads_study, write_study
 from lab.crossover.versus import predicted_vs_measured
 
 __all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK_TECHNIQUES", "ROW_KEYS", "TECHNIQUES",
@@ -41,7 +41,7 @@ __all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK
            "crossover_macs", "describe", "family_of", "figures", "fit_line", "headline_lines", "load_map", "load_maps",
            "load_study", "loo_error",
            "place", "place_model", "place_workload", "predicted_speedup", "predicted_vs_measured", "regime",
-           "stops_paying", "summary_lines", "threads_cli", "threads_study", "workers_along_ladder", "write_map",
+           "stops_paying", "summary_lines", "threads_study", "workers_along_ladder", "write_map",
            "write_study"]
 
 

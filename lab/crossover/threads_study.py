@@ -158,28 +158,3 @@ def load_study(path: str | Path) -> dict[str, Any]:
         if key not in study:
             raise ValueError(f"{path}: not a threads study (lacks {key!r})")
     return study
-
-
-def threads_cli(args: Any, workloads: list[str], techniques: list[str],
-                check_out: Callable[[str], Path]) -> int:
-    """``python -m lab crossover --threads-study``: check everything before any work (a bad value is a
-    ``ValueError``, one line and exit 2 in the CLI), run the study, print it, write ``--json``."""
-    import sys
-
-    from lab.crossover.mapping import check_names
-
-    if args.threads != 1:
-        raise ValueError(f"--threads {args.threads}: --threads-study always compares 1 thread with all "
-                         f"{usable_cores()} usable cores; drop --threads")
-    if args.repeats is not None:
-        raise ValueError("--repeats does not apply to --threads-study (its rounds are fixed by --quick)")
-    if usable_cores() < 2:
-        raise ValueError("--threads-study needs >= 2 usable cores: there is nothing to split on one")
-    check_names(workloads, techniques or list(FULL_TECHNIQUES))
-    out = check_out(args.json) if args.json else None
-    study = threads_study(workloads or None, techniques or None, quick=args.quick,
-                          progress=lambda m: print(m, file=sys.stderr, flush=True))
-    print("\n".join(summary_lines(study)))
-    if out is not None:
-        print(f"wrote {write_study(study, out)}")
-    return 0

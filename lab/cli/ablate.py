@@ -1,0 +1,104 @@
+"""``python -m lab ablate``: a recipe or a technique stack through :func:`lab.ablation.run_ablation` with a
+progress bar; every run is stored (re-running resumes) and the table, the verdict under an accuracy budget and
+the crossover map's prediction per arm are printed. The base configuration's flags are the config's own
+(:func:`lab.config.flags.add_config_fields`), with an ablation's defaults (:data:`ABLATE_DEFAULTS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from lab.cli.options import UsageError, config_from_args, store_flags, writable_file
+from lab.config import RunConfig
+from lab.config.flags import add_config_fields
+from lab.registry import RECIPES, TECHNIQUES
+
+NAME, HELP = "ablate", "run an ablation recipe or technique stack and print its table"
+#: The base an ablation starts from unless a flag says otherwise: small enough to answer in minutes, one
+#: thread so the arms' timings do not fight over cores.
+ABLATE_DEFAULTS = {"workload": "ctr", "size": "tiny", "threads": 1}
+ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
+                        "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size_ratio", "why"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_fields(p)
+    g = p.add_argument_group("ablation")
+    g.add_argument("--recipe", default="stacked", help=f"one of: {', '.join(RECIPES)}")
+    g.add_argument("--techniques", default="",
+                   help=f"comma-separated stack instead of a recipe: {', '.join(TECHNIQUES)}")
+    g.add_argument("--factorial", action="store_true", help="with --techniques: every subset (interactions)")
+    g.add_argument("--repeats", type=int, default=3)
+    g.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
+    g.add_argument("--budget-pt", type=float, default=1.0)
+    store_flags(g, "results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
+    g.add_argument("--csv", default=None, help="also write the table here")
+
+
+def main(args: argparse.Namespace) -> int:
+    import pandas as pd
+    from tqdm import tqdm
+
+    from lab.ablation import interaction_effects, run_ablation, verdict
+    from lab.precision import not_applicable_reason
+    from lab.recipes import factorial, from_techniques, get_recipe
+    from lab.store import ResultStore
+
+    base = config_from_args(args, defaults=ABLATE_DEFAULTS)
+    techs = [t.strip() for t in args.techniques.split(",") if t.strip()]
+    if techs:
+        ablation = factorial(base, techs) if args.factorial else from_techniques("custom", base, [techs])
+    else:
+        ablation = get_recipe(args.recipe)(base)
+    if args.seeds < 1:
+        raise UsageError(f"seeds={args.seeds} is invalid: allowed: >= 1")
+    if args.repeats < 1:
+        raise UsageError(f"repeats={args.repeats} is invalid: allowed: >= 1")
+    if not 0 <= args.budget_pt < float("inf"):  # also refuses nan
+        raise UsageError(f"budget-pt={args.budget_pt} is invalid: allowed: a finite number >= 0")
+    if args.csv:
+        writable_file(args.csv, "--csv")  # checked now, not after the ablation has run
+    with ResultStore(args.store) as store, tqdm(total=len(ablation.arms) * args.repeats * args.seeds,
+                                              unit="run", file=sys.stderr) as bar:
+        def progress(event: dict) -> None:
+            if event["phase"] == "ablation":
+                bar.set_postfix_str(f"{event['arm']} ({'stored' if event['skipped'] else event['status']})")
+                bar.update(1)
+
+        df = run_ablation(ablation, repeats=args.repeats, seeds=list(range(args.seeds)), store=store,
+                          progress=progress)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
+        table = df[ABLATE_TABLE_COLUMNS].round(3)
+        table["why"] = table["why"].fillna("").str.slice(0, 50)
+        print(table.to_string(index=False))
+        effects = interaction_effects(df)
+        if not effects.empty and (effects["term"] != "main").any():
+            print("\nfactorial effects (training speedup):\n" + effects.round(3).to_string(index=False))
+    print("\n(blank speedup: the arm's techniques cannot change that axis, e.g. post-training int8 on training; "
+          "blank interval: fewer than 3 runs)")
+    for speed in ("train_speedup", "infer_speedup"):
+        print(f"verdict ({speed.split('_')[0]}, within {args.budget_pt:g}): "
+              + verdict(df, args.budget_pt, speed)["text"])
+    for arm, err in zip(df["arm"], df["error"], strict=True):
+        if not_applicable_reason(err):
+            print(f"{arm}: does not apply here (refused before training): {not_applicable_reason(err)}")
+    _print_versus(df, base)
+    if args.csv:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(args.csv, index=False)
+    return 0
+
+
+def _print_versus(df: Any, base: RunConfig) -> None:
+    """Issue 15: this machine's crossover map's prediction per arm beside what the ablation measured."""
+    from lab.crossover.versus import versus_lines
+    from lab.doctor.rates import crossover_path
+    from lab.measure import environment_stamp
+
+    path = Path(os.environ.get("LAB_CROSSOVER_JSON") or crossover_path(environment_stamp()["hardware_id"]))
+    print("\n".join(versus_lines(df, base.workload_spec or base.workload, path, size=base.size,
+                                 model_scale=base.model_scale)))

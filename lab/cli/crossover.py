@@ -1,0 +1,71 @@
+"""``python -m lab crossover``: map each technique's speedup against model size along the ladders (the machine
+card first: the map cites its peaks), or ``--threads-study``: the map at 1 thread against all cores."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lab.cli.options import UsageError, writable_file
+from lab.config import RunConfig
+from lab.measure import machine
+
+NAME, HELP = "crossover", "map each technique's speedup against model size (the ladders)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workloads", default="", help="comma-separated (default: ctr,sequence,vision,transformer,mlp)")
+    p.add_argument("--techniques", default="", help="comma-separated (default: all; --quick: the cheap ones)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
+    p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 5; --quick 4)")
+    p.add_argument("--quick", action="store_true", help="4 rungs per workload, cheap techniques (~2-3 min)")
+    p.add_argument("--json", metavar="PATH", help="write the map here")
+    p.add_argument("--threads-study", action="store_true", help="the map at 1 thread vs all cores, and loader "
+                   "workers vs compute threads along the vision ladder (lab.crossover.threads)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from lab import crossover
+
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
+    if args.threads_study:
+        return _threads_study(args, workloads, techniques)
+    workloads = workloads or list(crossover.MAP_WORKLOADS)
+    techniques = techniques or list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
+    crossover.check_names(workloads, techniques)
+    RunConfig(threads=args.threads)  # the same threads check as a run: one line, before any work
+    if args.repeats is not None and args.repeats < 3:
+        raise UsageError(f"--repeats {args.repeats}: need >= 3 rounds for a confidence interval")
+    out = writable_file(args.json, "--json") if args.json else None
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - progress to stderr
+    machine.machine_card(quick=args.quick, progress=say)  # cached after the first: the map cites its peaks
+    the_map = crossover.build_map(workloads, techniques, quick=args.quick, threads=args.threads,
+                                  repeats=args.repeats, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print("\n".join(crossover.headline_lines(the_map)))
+    if out is not None:
+        print(f"wrote {crossover.write_map(the_map, out)}")
+    return 0
+
+
+def _threads_study(args: argparse.Namespace, workloads: list[str], techniques: list[str]) -> int:
+    """``--threads-study``: check everything before any work (a bad value is one line and exit 2), run the
+    study, print it, write ``--json``."""
+    from lab import crossover
+    from lab.crossover.threads import FULL_TECHNIQUES, usable_cores
+
+    if args.threads != 1:
+        raise UsageError(f"--threads {args.threads}: --threads-study always compares 1 thread with all "
+                         f"{usable_cores()} usable cores; drop --threads")
+    if args.repeats is not None:
+        raise UsageError("--repeats does not apply to --threads-study (its rounds are fixed by --quick)")
+    if usable_cores() < 2:
+        raise UsageError("--threads-study needs >= 2 usable cores: there is nothing to split on one")
+    crossover.check_names(workloads, techniques or list(FULL_TECHNIQUES))
+    out = writable_file(args.json, "--json") if args.json else None
+    study = crossover.threads_study(workloads or None, techniques or None, quick=args.quick,
+                                    progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print("\n".join(crossover.summary_lines(study)))
+    if out is not None:
+        print(f"wrote {crossover.write_study(study, out)}")
+    return 0

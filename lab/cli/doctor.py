@@ -1,0 +1,54 @@
+"""``python -m lab doctor``: profile a baseline, predict which technique pays here, optionally verify the top
+predictions in an interleaved ablation. The configuration flags are the config's own."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from lab.cli.options import UsageError, config_from_args, store_flags
+from lab.config.flags import add_config_fields
+from lab.registry import TECHNIQUES
+
+NAME, HELP = "doctor", "profile a baseline, predict which technique pays here, optionally verify"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_fields(p)
+    dg = p.add_argument_group("doctor")
+    dg.add_argument("--verify", type=int, default=0, metavar="K",
+                    help="measure the top K predictions and the baseline in an interleaved ablation")
+    dg.add_argument("--repeats", type=int, default=3, help="repeats per arm when verifying")
+    dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
+    store_flags(dg, "results store for the verification runs")
+    dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    import json
+
+    from lab.doctor import diagnose, format_diagnosis, format_verification, verify
+    from lab.store import ResultStore
+
+    if args.verify < 0:
+        raise UsageError(f"--verify {args.verify} is invalid: allowed: >= 0 (0: predict only)")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats {args.repeats} is invalid: allowed: >= 1")
+    cfg = config_from_args(args)
+    if "threads" not in vars(args):  # a fixed thread count for A/B timings (docs/architecture.md 5.8)
+        cfg = cfg.with_overrides(threads=1)
+    techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
+    d = diagnose(cfg, techniques=techs)
+    out: dict[str, Any] = d.to_dict()
+    if not args.json:
+        print(format_diagnosis(d))
+    if args.verify:
+        with ResultStore(args.store) as store:
+            rows = verify(d, args.verify, repeats=args.repeats, store=store)
+        out["verification"] = rows
+        if not args.json:
+            print("\nverification (interleaved ablation, " + f"{args.repeats} repeats per arm):")
+            print(format_verification(rows))
+    if args.json:
+        print(json.dumps(out, default=str))
+    return 0

@@ -1,0 +1,83 @@
+"""``python -m lab run``: train one configuration and measure it; store it and print it (or its JSON).
+
+Every flag is a config field (:func:`lab.config.flags.add_config_fields`); ``--profile`` prints the op-class
+breakdown and the Chrome trace's path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lab.cli.options import config_from_args
+from lab.config.flags import add_config_fields
+
+NAME, HELP = "run", "train one configuration and measure it"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_fields(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the full result as JSON")
+    out.add_argument("--store", metavar="PATH", help="results database (default: $LAB_RESULTS_DB or results/)")
+    out.add_argument("--no-store", action="store_true", help="do not save the result")
+    out.add_argument("--label", help="a tag stored with the run (e.g. an experiment name)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def main(args: argparse.Namespace) -> int:
+    from lab.result import format_result
+    from lab.store import ResultStore
+    from lab.train import run
+
+    cfg = config_from_args(args)
+    bar = None
+    progress = None
+    if not args.no_progress:
+        from tqdm import tqdm
+
+        def progress(event: dict) -> None:
+            nonlocal bar
+            if event["phase"] == "train":
+                if bar is None:
+                    bar = tqdm(total=event["total_steps"], desc=f"{cfg.workload}/{cfg.size}", unit="step",
+                               file=sys.stderr, leave=False, mininterval=0.5)
+                bar.update(1)
+                if event["step"] % 20 == 0:
+                    bar.set_postfix(epoch=f"{event['epoch'] + 1}/{event['epochs']}", loss=f"{event['loss']:.4f}")
+            elif event["phase"] == "eval" and bar is not None:
+                bar.close()
+
+    from lab.distributed import detect_launch
+
+    # Opened before training: a store that cannot be written is an error now, not after the run is done.
+    # Under torchrun / srun rank 0 alone reports and stores.
+    store = None if args.no_store or detect_launch().rank != 0 else ResultStore(args.store)
+    try:
+        result = run(cfg, progress=progress, on_error="record")
+        if bar is not None:
+            bar.close()
+            bar = None
+        if result.details.get("ddp", {}).get("rank", 0) != 0:
+            return 0 if result.status == "ok" else 1
+        stored = None
+        if store is not None:
+            store.add(result, label=args.label)
+            stored = store.path
+    finally:
+        if bar is not None:  # interrupted or failed mid-training: clear the bar before the one-line message
+            bar.close()
+        if store is not None:
+            store.close()
+    if args.json:
+        print(result.to_json())
+    else:
+        print(format_result(result, stored_at=stored))
+        prof = result.details.get("profile", {})
+        if "train" in prof:  # --profile: the op-class breakdown and where the trace is
+            from lab.doctor import format_breakdown
+            from lab.measure.profile import Breakdown
+
+            print(format_breakdown(Breakdown.from_dict(prof["train"]), "  profiled training step"))
+            print(f"  trace (open in https://ui.perfetto.dev): {prof.get('trace')}")
+    return 0 if result.status == "ok" else 1
