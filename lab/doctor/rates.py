@@ -35,7 +35,7 @@ from torch import nn
 
 from lab.bench import BENCH_DIR
 from lab.distributed.scaling import Link
-from lab.measure import bootstrap_ratio_ci, interleaved_ms
+from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms
 
 #: Crossover-map technique names -> the names of :data:`lab.recipes.TECHNIQUES`.
 CROSSOVER_NAMES = {"bf16": "bf16", "fp16": "fp16", "auto": "amp_auto", "dynamic_int8": "int8_dynamic",
@@ -211,12 +211,8 @@ def dominant_layers(model: nn.Module, batch: Sequence[torch.Tensor]) -> Shapes:
 
     handles = [m.register_forward_hook(hook) for m in model.modules()
                if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LSTM, nn.GRU, nn.RNN))]
-    try:
-        with torch.no_grad():
-            model(*batch)
-    finally:
-        for h in handles:
-            h.remove()
+    with hooks_removed(handles), torch.no_grad():
+        model(*batch)
     return Shapes(**{k: (v[1], v[2]) for k, v in seen.items()})
 
 

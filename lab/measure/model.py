@@ -200,12 +200,8 @@ def count_macs_by_dtype(model: nn.Module, example_inputs: tuple) -> dict[str, in
             handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(rnn_post)]
         elif _is_int8(m):
             handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(int8_post)]
-    try:
-        with evaluation_mode(model), _mha_fastpath_off(), counter:
-            model(*example_inputs)
-    finally:
-        for h in handles:
-            h.remove()
+    with hooks_removed(handles), evaluation_mode(model), _mha_fastpath_off(), counter:
+        model(*example_inputs)
     return {"fp32": int((counter.get_total_flops() + fp32_fix["flops"]) // 2), "int8": int8["macs"]}
 
 
@@ -252,7 +248,7 @@ def weights_used_per_sample_guard(model: nn.Module, macs_per_sample: float) -> s
             "(fused or custom op)")
 
 __all__ = [
-    "count_macs", "count_macs_by_dtype", "count_nonzero_params", "count_params", "evaluation_mode",
+    "count_macs", "count_macs_by_dtype", "count_nonzero_params", "count_params", "evaluation_mode", "hooks_removed",
     "serialized_size_bytes", "weights_used_per_sample", "weights_used_per_sample_guard",
 ]
 
@@ -269,3 +265,14 @@ def evaluation_mode(model: nn.Module) -> Iterator[nn.Module]:
     finally:
         for m, training in modes.items():
             m.train(training)
+
+
+@contextlib.contextmanager
+def hooks_removed(handles: Iterable[Any]) -> Iterator[None]:
+    """Remove every hook in ``handles`` when the block ends, however it ends: a look at a model through forward
+    hooks (shapes, inputs, MACs) must leave no hook behind to fire in the next training step."""
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()

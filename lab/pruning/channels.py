@@ -43,6 +43,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lab.measure import hooks_removed
+
 #: ``fn(model) -> [(prefix, sub-module, layers whose output width is fixed)]``: ``Workload.prune_scopes``.
 ScopesFn = Callable[[nn.Module], list[tuple[str, nn.Module, list[nn.Module]]]]
 
@@ -181,12 +183,8 @@ def _scope_inputs(model: nn.Module, scopes: list[nn.Module], example_inputs: tup
     """The positional inputs each scope receives when ``model`` runs ``example_inputs``."""
     seen: dict[int, tuple] = {}
     handles = [s.register_forward_pre_hook(lambda mod, args: seen.setdefault(id(mod), args)) for s in scopes]
-    try:
-        with torch.no_grad():
-            model(*example_inputs)
-    finally:
-        for h in handles:
-            h.remove()
+    with hooks_removed(handles), torch.no_grad():
+        model(*example_inputs)
     return seen
 
 

@@ -40,12 +40,8 @@ def int8_macs(float_model: nn.Module, swapped: Sequence[str], example_inputs: tu
 
     handles = [m.register_forward_hook(hook) for n, m in float_model.named_modules()
                if n in names and isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d)]
-    try:
-        with measure.evaluation_mode(float_model):
-            float_model(*example_inputs)
-    finally:
-        for h in handles:
-            h.remove()
+    with measure.hooks_removed(handles), measure.evaluation_mode(float_model):
+        float_model(*example_inputs)
     return total["macs"]
 
 
