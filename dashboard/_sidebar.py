@@ -54,9 +54,9 @@ def draw() -> Choices:
     running = bool(job and job["live"])
     with st.sidebar:
         wl_spec = st.text_input("Add your workload", key="wl_spec", placeholder="path/to/file.py:NAME or module:NAME",
-                                help="A Workload, a function returning one, or a list (README: Bring your own "
-                                     "workload). LAB_WORKLOADS=SPEC[,SPEC] when starting the dashboard adds them "
-                                     "for every session.")
+                                help="A Workload, a function returning one, or a list (docs/workloads.md: Bring "
+                                     "your own workload). LAB_WORKLOADS=SPEC[,SPEC] when starting the dashboard "
+                                     "adds them for every session.")
         if wl_spec.strip():
             try:
                 st.caption("loaded: " + ", ".join(load_spec(wl_spec.strip())))

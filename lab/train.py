@@ -18,17 +18,10 @@ import traceback
 import torch
 from torch import nn
 
+from lab import measure
 from lab.config import RunConfig
 from lab.context import TrainContext, prepare, resolve_device
 from lab.loop import ProgressFn, to_device
-from lab.measure import (
-    count_macs_by_dtype,
-    count_nonzero_params,
-    count_params,
-    inference_latency_ms,
-    serialized_size_bytes,
-    weights_used_per_sample_guard,
-)
 from lab.profiling import capture_training_profile, profile_run
 from lab.result import RunResult, health
 from lab.technique import TechniqueChain, default_chain
@@ -124,8 +117,7 @@ def train_and_measure(ctx: TrainContext) -> None:
     after = ctx.evaluate(model)
     result.metrics, result.metric = after, after[r.workload.metric_name]
     if result.metric != result.metric:
-        raise FloatingPointError(f"{r.workload.metric_name} is NaN after training: check evaluate() and the test "
-                                 "split")
+        raise FloatingPointError(f"{result.metric_name} is NaN after training: check evaluate() and the test split")
     if not (cfg.prune.enabled or cfg.quant.enabled):  # the model evaluated is the one training produced
         health.judge(result, chance=r.workload.chance, higher_is_better=r.workload.higher_is_better, lr=r.lr,
                      capped=stats.steps < ctx.total_steps(max_steps=False), baseline=not cfg.enabled_families())
@@ -141,18 +133,18 @@ def measure_model(ctx: TrainContext, model: nn.Module) -> None:
     """Static facts about the trained model plus its inference latency at batch 1 and batch N."""
     cfg, result, device, test = ctx.cfg, ctx.result, ctx.device, ctx.data.test
     one = tuple(t[:1] for t in test[:-1])
-    result.param_count, result.nonzero_params = count_params(model), count_nonzero_params(model)
-    result.model_bytes = serialized_size_bytes(model)
-    by_dtype = count_macs_by_dtype(model, to_device(one, device))
+    result.param_count, result.nonzero_params = measure.count_params(model), measure.count_nonzero_params(model)
+    result.model_bytes = measure.serialized_size_bytes(model)
+    by_dtype = measure.count_macs_by_dtype(model, to_device(one, device))
     result.macs_per_sample, result.int8_macs_per_sample = by_dtype["fp32"] + by_dtype["int8"], by_dtype["int8"]
-    undercounted = weights_used_per_sample_guard(model, result.macs_per_sample)
+    undercounted = measure.weights_used_per_sample_guard(model, result.macs_per_sample)
     if undercounted:  # a count that cannot be right is said, not silently reported
         result.why.append(undercounted)
     if cfg.latency_repeats:
         n = min(cfg.eval_batch_size, len(test[0]))
         many = tuple(t[:n] for t in test[:-1])
         result.latency_ms = {
-            "batch_1": inference_latency_ms({"m": model}, to_device(one, device), repeats=cfg.latency_repeats,
-                                            warmup=3)["m"],
-            f"batch_{n}": inference_latency_ms({"m": model}, to_device(many, device),
-                                               repeats=max(3, cfg.latency_repeats // 4), warmup=3)["m"]}
+            "batch_1": measure.inference_latency_ms({"m": model}, to_device(one, device),
+                                                    repeats=cfg.latency_repeats, warmup=3)["m"],
+            f"batch_{n}": measure.inference_latency_ms({"m": model}, to_device(many, device),
+                                                       repeats=max(3, cfg.latency_repeats // 4), warmup=3)["m"]}
