@@ -20,12 +20,15 @@ without knowing any family by name. The stages of a run, in order (docs/architec
 
 :class:`TechniqueChain` holds them in an explicit order: :data:`lab.registry.FAMILY_ORDER` names it, each
 package registers its technique in :data:`lab.registry.FAMILIES` when imported, and :func:`default_chain`
-builds the chain that :func:`lab.train.run` passes to :func:`lab.context.prepare`. A caller can pass its own
-chain (a test adds a toy technique that way). Validation lives only in ``check`` and ``preflight``.
+builds the chain that :func:`lab.train.run` passes to :func:`lab.context.prepare`. A new family is one package
+(``lab/<name>/`` with a :class:`Technique` subclass registered in ``FAMILIES``) and its name in
+``FAMILY_ORDER``. A caller can pass its own chain (a test adds a toy technique that way). Validation lives only
+in ``check`` and ``preflight``.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -205,7 +208,11 @@ class TechniqueChain(Sequence[Technique]):
 
 
 def default_chain() -> TechniqueChain:
-    """The registered families in :data:`lab.registry.FAMILY_ORDER` (``import lab`` registers them all)."""
+    """The families in :data:`lab.registry.FAMILY_ORDER`, each ``lab.<name>`` imported if it has not registered
+    yet (``import lab`` imports them all; a new family needs no import line of its own)."""
+    for name in FAMILY_ORDER:
+        if name not in FAMILIES:
+            importlib.import_module(f"lab.{name}")  # a technique package registers itself when imported
     registered, ordered = set(FAMILIES.names()), set(FAMILY_ORDER)
     if registered != ordered:
         missing, unordered = sorted(ordered - registered), sorted(registered - ordered)
