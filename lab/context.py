@@ -13,8 +13,10 @@ This module sits *below* the technique packages and never imports them: it reach
 from __future__ import annotations
 
 import contextlib
+import os
 import random
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +27,7 @@ from torch import nn
 from lab.config import RunConfig
 from lab.loop import FitStats, Loader, ProgressFn, StepHook, StepPolicy, fit, make_optimizer, to_device
 from lab.measure import environment_stamp
-from lab.result import RunResult, new_run_id, utc_now_iso
+from lab.result import RunResult, new_run_id, timeline, utc_now_iso
 from lab.technique import FitPlan, TechniqueChain, default_chain
 from lab.workloads import Datasets, SizeSpec, Workload, get_workload
 
@@ -182,14 +184,34 @@ class TrainContext:
         self.techniques.fit_options(self, model, plan)
         optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr,
                                    fused=plan.fused_optimizer)
+        every = self.eval_every(phase, probe)
         stats = fit(model, optimizer, plan.loader, self.workload, self.device, epochs=epochs, max_steps=max_steps,
                     step_hooks=step_hooks, progress=None if probe else self.progress, phase=phase,
-                    policy=plan.policy, ddp=plan.ddp, forward=plan.forward, checkpoint=plan.checkpoint)
+                    policy=plan.policy, ddp=plan.ddp, forward=plan.forward, checkpoint=plan.checkpoint,
+                    evaluate=self._metric_of(model) if every else None, eval_every=every)
         for done in plan.finished:
             done(stats)
         if not probe:
             self.result.details.setdefault("steps", {})[phase] = describe_step(plan, optimizer)
+            if every:
+                self.result.details.update(eval_curve=stats.evals, eval_s=stats.eval_s, eval_every=every)
+            if stats.checkpoint_s:
+                details = self.result.details
+                details["checkpoint_s"] = details.get("checkpoint_s", 0.0) + stats.checkpoint_s
         return stats
+
+    def eval_every(self, phase: str, probe: bool) -> int | None:
+        """Steps between evaluations of the main training phase (issue 29): ``cfg.eval_every``, once per epoch
+        when only ``cfg.target_metric`` is set, else None (no evaluation during training)."""
+        if phase != "train" or probe or (self.cfg.eval_every is None and self.cfg.target_metric is None):
+            return None
+        return self.cfg.eval_every or max(1, self.steps_per_epoch() // self.cfg.ddp.grad_accum_steps)
+
+    def _metric_of(self, model: nn.Module) -> Callable[[], float]:
+        """The primary metric of ``model`` on the test split (a DDP wrapper's module: no collective inside,
+        every rank evaluates alike)."""
+        inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        return lambda: self.evaluate(inner)[self.workload.metric_name]
 
 
 @contextlib.contextmanager
@@ -200,6 +222,7 @@ def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None,
     stamped with the environment. ``with prepare(cfg) as ctx: model = ctx.new_model();
     ctx.fit(model, epochs=ctx.resolved.epochs, lr=ctx.resolved.lr)``."""
     chain = default_chain() if techniques is None else techniques
+    started = time.time()
     r = resolve(cfg)
     result = RunResult(run_id=new_run_id(), config=cfg.to_dict(), env={}, workload=cfg.workload,
                        started_at=utc_now_iso(), metric_name=r.workload.metric_name,
@@ -209,6 +232,16 @@ def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None,
         result.env = environment_stamp(str(r.device))
         data = fit_to_size(r.workload.make_data(r.spec, cfg.data_seed), r.spec, r.workload.name)
         yield TrainContext(cfg=cfg, resolved=r, data=data, result=result, techniques=chain, progress=progress)
+    if os.environ.get("LAB_LAUNCHER") == "spawn" and cfg.ddp.world_size > 1:  # a spawned rank: its start-up
+        result.details["ddp_spawn_s"] = max(0.0, started - _process_started())
+    timeline.finalize(result)  # details["one_off_s"], and the time to target when the config names one
+
+
+def _process_started() -> float:
+    """This process's creation time (epoch seconds)."""
+    import psutil
+
+    return psutil.Process().create_time()
 
 
 def fit_to_size(data: Datasets, spec: SizeSpec, name: str) -> Datasets:

@@ -17,7 +17,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,6 +37,8 @@ LOSS_READ_EVERY = 10
 ProgressFn = Callable[[dict[str, Any]], None]
 #: ``hook(step, model)`` after each optimizer step, outside the timed phases (a gradual pruning schedule).
 StepHook = Callable[[int, nn.Module], None]
+#: ``evaluate() -> metric`` on the held-out split, every ``eval_every`` steps, timed apart from training.
+EvalFn = Callable[[], float]
 
 
 class Loader(Protocol):
@@ -120,6 +122,11 @@ class FitStats:
     step_times_ms: dict[str, list[float]]
     peak_memory_mb: float
     memory_kind: str
+    #: Issue 29: one point per evaluation during training, ``{"step", "train_s", "metric", "eval_s"}``, where
+    #: ``train_s`` is the training time so far with evaluations and checkpoint writes taken out.
+    evals: list[dict[str, float]] = field(default_factory=list)
+    eval_s: float = 0.0  # time spent in those evaluations (not in ``time_s``, not in any step)
+    checkpoint_s: float = 0.0  # time spent writing checkpoints (a one-off cost: not in ``time_s``)
 
 
 def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -144,7 +151,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
         epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
         progress: ProgressFn | None = None, phase: str = "train", policy: StepPolicy | None = None,
         ddp: DDPStep | None = None, forward: Callable[..., torch.Tensor] | None = None,
-        checkpoint: Checkpointer | None = None) -> FitStats:
+        checkpoint: Checkpointer | None = None, evaluate: EvalFn | None = None,
+        eval_every: int | None = None) -> FitStats:
     """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
     backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
     the timed phases. A non-finite loss stops training with an error naming the step: a diverged run must
@@ -154,7 +162,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
     backward, so it is moved out of the backward figure: backward = backward wall time - comm, clipped at
     0). ``forward`` (e.g. ``torch.compile(model)``) replaces ``model(...)`` in the step; hooks, the policy
     and DDP still see ``model``. ``checkpoint`` restores a resumed run's state and position before the first
-    step and is offered every step to save one."""
+    step and is offered every step to save one. ``evaluate`` runs every ``eval_every`` steps and after the
+    last one, outside the timed phases; its time and the checkpoint writes' are recorded apart (``eval_s``,
+    ``checkpoint_s``) and left out of ``time_s``."""
     policy = PLAIN if policy is None else policy
     forward = model if forward is None else forward
     accum = ddp.grad_accum_steps if ddp is not None else 1
@@ -169,6 +179,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
     memory = MemorySampler(device)
     losses: list[float] = []
     comm_ms: list[float] = []
+    evals: list[dict[str, float]] = []
+    apart = {"eval": 0.0, "checkpoint": 0.0}  # seconds outside training inside the loop's wall time
     step = 0
     if checkpoint is not None:  # a resumed run starts at its saved step, mid-epoch
         step, losses = checkpoint.restore(model, optimizer, policy)
@@ -221,22 +233,43 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
                     memory.sample()
                 step += 1
                 if checkpoint is not None and checkpoint.due(step):
+                    t_ck = time.perf_counter()
                     _read_losses(unread, losses, step - 1, epoch, phase)  # the saved losses are complete (CUDA)
                     checkpoint.save(step=step, epoch=epoch, batches_done=(step - epoch * steps_per_epoch) * accum,
                                     model=model, optimizer=optimizer, policy=policy, losses=losses)
+                    apart["checkpoint"] += time.perf_counter() - t_ck
+                if evaluate is not None and eval_every and (step % eval_every == 0 or step >= total_steps):
+                    evals.append(_timed_eval(evaluate, step, t_start, apart, device))
                 if progress:
                     progress({"phase": phase, "step": step, "total_steps": total_steps, "epoch": epoch,
                               "epochs": epochs, "loss": value})
     if unread:  # the steps since the last read
         _read_losses(unread, losses, step - 1, epoch, phase)
-    elapsed = time.perf_counter() - t_start
+    if evaluate is not None and eval_every and step and (not evals or evals[-1]["step"] != step):
+        evals.append(_timed_eval(evaluate, step, t_start, apart, device))  # the curve ends where training did
+    elapsed = time.perf_counter() - t_start - apart["eval"] - apart["checkpoint"]
     memory.sample()
     samples = timer.samples_ms()
     if comm_ms and len(comm_ms) == len(samples["comm"]):
         samples["backward"] = [max(b - c, 0.0) for b, c in zip(samples["backward"], comm_ms, strict=True)]
         samples["comm"] = comm_ms
     return FitStats(steps=step, time_s=elapsed, losses=losses, step_times_ms=samples,
-                    peak_memory_mb=memory.peak_mb(), memory_kind=memory.kind)
+                    peak_memory_mb=memory.peak_mb(), memory_kind=memory.kind, evals=evals, eval_s=apart["eval"],
+                    checkpoint_s=apart["checkpoint"])
+
+
+def _timed_eval(evaluate: EvalFn, step: int, t_start: float, apart: dict[str, float],
+                device: torch.device) -> dict[str, float]:
+    """One evaluation point: the training time so far (the device's queue drained first, evaluations and
+    checkpoint writes taken out), then the metric, its own time added to ``apart["eval"]``."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    train_s = t0 - t_start - apart["eval"] - apart["checkpoint"]
+    metric = float(evaluate())
+    took = time.perf_counter() - t0
+    apart["eval"] += took
+    return {"step": step, "train_s": train_s, "metric": metric, "eval_s": took}
 
 
 def _read_losses(unread: list[torch.Tensor], losses: list[float], last_step: int, epoch: int, phase: str) -> None:

@@ -137,7 +137,7 @@ class _Progress:
 
 def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0,),
                  store: ResultStore | None = None, progress: ProgressFn | None = None,
-                 run_fn: RunFn | None = None, job_token: str | None = None) -> pd.DataFrame:
+                 run_fn: RunFn | None = None, job_token: str | None = None, budget_pt: float = 1.0) -> pd.DataFrame:
     """Run every (arm, repeat, seed) interleaved, store each as it finishes, skip those already in
     ``store``, and return :func:`summarize`'s table. A failing arm becomes an error row; the rest run.
 
@@ -149,7 +149,8 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
 
     ``progress`` gets ``{"phase": "ablation", "done", "total", "arm", "repeat", "seed", "skipped"}``
     after each run (and the inner run's own events under ``"run"``). ``run_fn`` defaults to
-    ``lab.run``; tests pass a fake to exercise failures cheaply."""
+    ``lab.run``; tests pass a fake to exercise failures cheaply. ``budget_pt``: the accuracy budget that sets
+    the default time-to-target target (:func:`lab.ablation.target.default_target`)."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} is invalid: allowed: an int >= 1")
     if not seeds:
@@ -182,7 +183,7 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
             if progress:
                 progress({"phase": "ablation", "done": i + 1, "total": len(plan), "arm": arm, "repeat": rep,
                           "seed": s, "skipped": skipped, "status": done.status})
-    return summarize(runs, techniques=ablation.techniques, axes=ablation.axes)
+    return summarize(runs, techniques=ablation.techniques, axes=ablation.axes, budget_pt=budget_pt)
 
 
 def to_spec(ablation: Ablation, repeats: int, seeds: Sequence[int]) -> dict[str, Any]:

@@ -22,6 +22,9 @@ Definitions (one row per arm):
 - ``baseline_learned``: False when the baseline's runs carry the "did not learn" tag: every accuracy delta
   of that table is then meaningless.
 - the A/A arm (``aa``): the baseline config again; its interval is the noise floor and must contain 1.
+- ``ttt_speedup`` (issue 29, :mod:`lab.ablation.target`): the time-to-target ratio with its CI, ``ttt_reached``
+  saying when an arm's runs never got there; ``one_off_s`` / ``end_to_end_s``: the one-off costs and the time
+  to a trained model (training + evaluations + one-off costs outside the loop), medians over the runs.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lab.ablation import target as target_
 from lab.measure import bootstrap_ratio_ci, median, spread
 from lab.result import RunResult
 
@@ -41,7 +45,8 @@ if TYPE_CHECKING:
 #: The axes a technique can change.
 AXES: tuple[str, ...] = ("train_step", "train", "inference", "size")
 #: Which axis each speedup column measures.
-SPEED_AXIS = {"train_speedup": "train", "step_speedup": "train_step", "infer_speedup": "inference"}
+SPEED_AXIS = {"train_speedup": "train", "step_speedup": "train_step", "infer_speedup": "inference",
+              "ttt_speedup": "train"}
 #: The A/A arm: the baseline again, the table's noise floor.
 AA_ARM = "aa"
 #: Runs per arm below which there is no interval and no verdict.
@@ -53,7 +58,7 @@ COLUMNS = [
     "infer_speedup", "infer_speedup_lo", "infer_speedup_hi", "metric_name", "metric", "acc_loss_pt",
     "acc_loss_lo", "acc_loss_hi", "noise_pt", "loss_unit", "within_noise", "baseline_learned", "peak_memory_mb",
     "model_bytes", "size_ratio", "macs_per_sample", "macs_ratio", "why", "hardware_id", "device_name",
-    "torch_version", "threads",
+    "torch_version", "threads", *target_.COLUMNS,
 ]
 
 
@@ -122,8 +127,9 @@ def stored_latency_key(results: Sequence[RunResult]) -> str:
 
 def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str, ...]] | None = None,
               baseline: str = "baseline", latency_key: str | None = None,
-              axes: dict[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
-    """One row per arm (columns in ``COLUMNS``; see the module docstring for the definitions)."""
+              axes: dict[str, tuple[str, ...]] | None = None, budget_pt: float = 1.0) -> pd.DataFrame:
+    """One row per arm (columns in ``COLUMNS``; see the module docstring for the definitions). ``budget_pt``
+    sets the default time-to-target target (the baseline's final metric minus it)."""
     import pandas as pd
 
     techniques, axes = techniques or {}, axes or {}
@@ -138,6 +144,7 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
     base_seeds = len({(r.config or {}).get("seed") for r in base_ok})
     base_bytes = median([r.model_bytes for r in base_ok]) if base_ok else None
     base_macs = median([r.macs_per_sample for r in base_ok]) if base_ok else None
+    target = target_.default_target(base_ok, budget_pt)
     rows = []
     for arm, results in runs.items():
         ok = [r for r in results if r.status == "ok"]
@@ -175,6 +182,7 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
             )
             lo, hi = _diff_ci(base_metrics, metrics, _loss_scale(first.higher_is_better), first.higher_is_better)
             row.update(acc_loss_lo=lo, acc_loss_hi=hi)
+            row.update(target_.ttt_columns(base_ok, ok, target))
             unknown = math.isnan(loss) or math.isnan(row["noise_pt"])
             row["within_noise"] = None if unknown else bool(abs(loss) <= row["noise_pt"])
             _apply_axes(row, axes.get(arm, AXES), n=min(len(ok), len(base_ok)))
@@ -182,6 +190,8 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
                 for k in ("train", "step", "infer"):
                     row.update({f"{k}_speedup": 1.0, f"{k}_speedup_lo": 1.0, f"{k}_speedup_hi": 1.0})
                 row.update(acc_loss_pt=0.0, acc_loss_lo=0.0, acc_loss_hi=0.0, within_noise=True)
+                if not math.isnan(row["ttt_speedup"]):
+                    row.update(ttt_speedup=1.0, ttt_speedup_lo=1.0, ttt_speedup_hi=1.0)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -23,6 +23,9 @@ NAME, HELP = "ablate", "run an ablation recipe or technique stack and print its 
 ABLATE_DEFAULTS = {"workload": "ctr", "size": "tiny", "threads": 1}
 ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
                         "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size_ratio", "why"]
+#: Issue 29: shown when the runs evaluated during training (``--eval-every`` / ``--target-metric``).
+TTT_TABLE_COLUMNS = ["arm", "one_off_s", "end_to_end_s", "ttt_s", "ttt_speedup", "ttt_speedup_lo", "ttt_speedup_hi",
+                     "ttt_reached", "peak_memory_mb"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
                 bar.update(1)
 
         df = run_ablation(ablation, repeats=args.repeats, seeds=list(range(args.seeds)), store=store,
-                          progress=progress)
+                          progress=progress, budget_pt=args.budget_pt)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
         table = df[ABLATE_TABLE_COLUMNS].round(3)
         table["why"] = table["why"].fillna("").str.slice(0, 50)
@@ -80,7 +83,14 @@ def main(args: argparse.Namespace) -> int:
             print("\nfactorial effects (training speedup):\n" + effects.round(3).to_string(index=False))
     print("\n(blank speedup: the arm's techniques cannot change that axis, e.g. post-training int8 on training; "
           "blank interval: fewer than 3 runs)")
-    for speed in ("train_speedup", "infer_speedup"):
+    timed = df["target_metric"].notna().any()
+    if timed:
+        how = ("--target-metric" if base.target_metric is not None
+               else f"the baseline's final metric - {args.budget_pt:g}")
+        print(f"\ntime to target {df['metric_name'].dropna().iloc[0]} {df['target_metric'].dropna().iloc[0]:.4g} "
+              f"({how}); one-off costs and end to end in s:\n"
+              + df[TTT_TABLE_COLUMNS].round(3).to_string(index=False))
+    for speed in ("train_speedup", "infer_speedup", *(("ttt_speedup",) if timed else ())):
         print(f"verdict ({speed.split('_')[0]}, within {args.budget_pt:g}): "
               + verdict(df, args.budget_pt, speed)["text"])
     for arm, err in zip(df["arm"], df["error"], strict=True):

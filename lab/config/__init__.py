@@ -38,7 +38,8 @@ SIZES = ("tiny", "small", "full")
 MODEL_SCALES = ("xs", "s", "m", "l", "xl")
 #: Fields added after runs were first stored: left out of :meth:`RunConfig.to_dict` while at their default,
 #: so a config (and the stored run's hash) that does not use them reads exactly as before.
-_LATE_FIELDS = {"model_scale": None, "profile": False, "checkpoint_every": None, "resume": None}
+_LATE_FIELDS = {"model_scale": None, "profile": False, "checkpoint_every": None, "resume": None, "eval_every": None,
+                "target_metric": None}
 _LATE_FAMILY_FIELDS = {"data": {"source": "memory", "ideal_replay": False}, "quant": {"flow": "pt2e"}}
 OPTIMIZERS = ("adam", "sgd")
 
@@ -69,6 +70,12 @@ class RunConfig:
     profile: bool = False
     checkpoint_every: int | None = None
     resume: str | None = None
+    #: Evaluate on the test split every this many steps of the main training phase (time counted apart from
+    #: the steps and ``train_time_s``): the run's ``details["eval_curve"]`` and time to target (issue 29).
+    eval_every: int | None = None
+    #: The eval metric a run must reach: ``details["time_to_target"]`` records when it first did (without
+    #: ``eval_every`` the run evaluates once per epoch).
+    target_metric: float | None = None
     data: DataConfig = field(default_factory=DataConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     prune: PruneConfig = field(default_factory=PruneConfig)
@@ -116,6 +123,8 @@ class RunConfig:
                      + " (workloads with one: " + ", ".join(n for n in list_workloads() if registered(n).scales) + ")")
         check_bool("profile", self.profile)
         check_int("checkpoint_every", self.checkpoint_every, lo=1, optional=True)
+        check_int("eval_every", self.eval_every, lo=1, optional=True)
+        check_float("target_metric", self.target_metric, lo=0.0, optional=True)
         if self.resume is not None and (not isinstance(self.resume, str) or not self.resume.strip()):
             fail("resume", self.resume, "must be a run id or a checkpoint path")
         for name, cls in FAMILIES.items():
