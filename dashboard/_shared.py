@@ -16,8 +16,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from lab import ResultStore
+from lab import ResultStore, list_workloads
 from lab.store import default_store_path
+from lab.workloads import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,3 +44,26 @@ def store() -> ResultStore:
 def bench_root() -> Path:
     """The benchmark reports' folder: ``$LAB_BENCH_RESULTS`` or ``benchmarks/results`` of this checkout."""
     return Path(os.environ.get("LAB_BENCH_RESULTS") or ROOT / "benchmarks" / "results")
+
+
+@st.cache_resource(show_spinner=False)
+def _typed_anywhere() -> set[str]:
+    """Workload names some browser tab typed a spec for (the registry is one per process, so they are in it)."""
+    return set()
+
+
+def add_typed_workload(spec: str) -> list[str]:
+    """Load ``spec`` for this browser tab only: its names join this session's list (``st.session_state``), and
+    every other tab keeps the built-in list and default. Raises ``ValueError`` / ``ImportError`` / ``OSError``."""
+    names = load_spec(spec)
+    _typed_anywhere().update(names)
+    mine = st.session_state.setdefault("_typed_workloads", [])
+    mine.extend(n for n in names if n not in mine)
+    return names
+
+
+def workload_names() -> list[str]:
+    """The workloads this tab may pick: the built-in ones and ``LAB_WORKLOADS``, plus the ones this tab typed
+    (never another tab's: a typed spec is not a global default)."""
+    mine = set(st.session_state.get("_typed_workloads", []))
+    return [n for n in list_workloads() if n not in _typed_anywhere() or n in mine]

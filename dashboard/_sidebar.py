@@ -14,11 +14,9 @@ import _lifecycle
 import _shared
 import streamlit as st
 
-from lab import list_workloads
 from lab.ablation import jobs
 from lab.config import SIZES
 from lab.recipes import RECIPES, TECHNIQUES
-from lab.workloads import load_spec
 
 SPEEDS = {"train_speedup": "training (end-to-end)", "step_speedup": "training step",
           "infer_speedup": "inference (batch 256)"}
@@ -59,11 +57,11 @@ def draw() -> Choices:
                                      "adds them for every session.")
         if wl_spec.strip():
             try:
-                st.caption("loaded: " + ", ".join(load_spec(wl_spec.strip())))
-            except ValueError as exc:
+                st.caption("loaded for this browser tab: " + ", ".join(_shared.add_typed_workload(wl_spec.strip())))
+            except (ValueError, ImportError, OSError) as exc:
                 st.error(str(exc))
         try:
-            workload_names = list_workloads()
+            workload_names = _shared.workload_names()
         except ValueError as exc:  # a broken LAB_WORKLOADS entry: say so, keep the built-ins usable
             st.error(str(exc))
             workload_names = ["ctr", "sequence", "vision"]

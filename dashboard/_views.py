@@ -13,7 +13,8 @@ from typing import Any
 import streamlit as st
 
 from lab import crossover
-from lab.ablation import interaction_effects, pareto_front, verdict
+from lab.ablation import interaction_effects, pareto_front
+from lab.ablation.record import AblationRecord, build_record
 from lab.crossover.versus import ARM_TO_TECHNIQUE, AXIS_COLUMN
 from lab.doctor.rates import crossover_path
 from lab.measure import environment_stamp
@@ -28,7 +29,6 @@ from lab.plots import (
 )
 from lab.plots.tables import why_lines
 from lab.plots.versus import versus_figure, versus_table
-from lab.precision import not_applicable_reason
 
 #: Overrides the map (the same variable the "Where does it pay?" page reads).
 MAP_ENV_VAR = "LAB_CROSSOVER_JSON"
@@ -39,8 +39,8 @@ def table_height(n_rows: int, cap: int = 720) -> int:
     return min(38 + 35 * max(n_rows, 1), cap)
 
 
-def show_table(df, key: str) -> None:
-    st.dataframe(ablation_table(df), key=key, hide_index=True, width="stretch",
+def show_table(df, key: str, record: AblationRecord | None = None) -> None:
+    st.dataframe(ablation_table(df, record), key=key, hide_index=True, width="stretch",
                  height=table_height(len(df)))
 
 
@@ -55,39 +55,56 @@ def fill_errors(df, stored: dict) -> None:
                 df.at[i, "error"] = "; ".join(errors)
 
 
+def whose_line(record: AblationRecord) -> str:
+    """The first line under an ablation: the workload it measured and the machine it was measured on."""
+    mine = environment_stamp()["hardware_id"]
+    hw = ", ".join(f"`{h}`" for h in record.hardware_ids) or "an unknown machine"
+    where = "this machine" if record.hardware_ids == (mine,) else f"**not this machine** (this one is `{mine}`)"
+    at = next((a.batch for a in record.arms.values() if a.batch), None)
+    return (f"Workload **{record.workload or '?'}**, measured on {hw}: {where}."
+            + (f" Inference figures at batch {at}." if at else ""))
+
+
 def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, budget_pt: float) -> None:
-    said = verdict(df, budget_pt, speed=speed)
+    record = build_record(df, runs_by_arm)  # every figure below is read from it
+    st.markdown(whose_line(record))
+    said = record.verdict(budget_pt, speed=speed)
     (st.success if said["winner"] else st.warning)(f"Verdict ({speed_name}): {said['text']}")
     st.caption("An arm competes only on the axes its techniques can change (post-training int8 and pruning: "
                "inference and size; precision, loaders, compile: training); the A/A arm reruns the baseline "
                "and shows the noise floor. Hover a point or a bar for its interval and why.")
-    for _, row in df[df["status"] != "ok"].iterrows():
-        refused = not_applicable_reason(row.get("error"))
-        if refused:
-            st.info(f"Arm {row['arm']} does not apply here (refused before training): {refused}")
-        else:
-            st.error(f"Arm {row['arm']}: {row['error']}")
-    st.plotly_chart(speedup_vs_accuracy(df, speed=speed, front=pareto_front(df, speed), budget_pt=budget_pt),
-                    key="pareto_chart")
-    st.plotly_chart(speedup_bars(df), key="speedup_chart")
-    show_table(df, "ablation_table")
-    lines = why_lines(df)
+    not_run = [a.arm for a in record.arms.values() if a.not_run]
+    if not_run:
+        st.info(f"Not run (the ablation stopped before them): {', '.join(not_run)}. Press Run to resume.")
+    for arm in record.arms.values():
+        if arm.refused:
+            st.info(f"Arm {arm.arm} does not apply here (refused before training): {arm.refused}")
+        elif arm.status == "error" and not arm.not_run:
+            st.error(f"Arm {arm.arm} failed: {arm.error or 'no message stored'}")
+        elif arm.status == "partial":
+            st.warning(f"Arm {arm.arm}: {arm.n_ok} of {arm.n_runs} runs finished; the others failed: {arm.error}")
+    st.plotly_chart(speedup_vs_accuracy(df, speed=speed, front=pareto_front(df, speed), budget_pt=budget_pt,
+                                        record=record), key="pareto_chart")
+    st.plotly_chart(speedup_bars(df, record=record), key="speedup_chart")
+    show_table(df, "ablation_table", record)
+    lines = why_lines(df, record)
     if lines:
         st.markdown("**Why** (what the measurements say about each arm)\n\n" + "\n".join(f"- {w}" for w in lines))
     effects = interaction_effects(df, speed=speed)
     if not effects.empty:
         st.subheader("Do they compound or cancel?")
-        st.caption("Factorial effects on the speed axis with 95 % intervals: main effects, 2-way and 3-way terms.")
+        st.caption("Factorial effects on the speed axis with 95 % intervals: main effects (one arm against the "
+                   "baseline: faster or slower), 2-way and 3-way terms (compound or cancel).")
         st.dataframe(effects_table(effects), key="interactions", hide_index=True, width="stretch",
                      height=table_height(len(effects)))
     show_versus(df, runs_by_arm)
     if runs_by_arm:
-        show_details(runs_by_arm)
+        show_details(runs_by_arm, record)
     st.download_button("Download CSV (every column, full precision)", df.to_csv(index=False),
                        file_name="ablation.csv", mime="text/csv", key="download")
 
 
-def show_details(runs_by_arm: dict) -> None:
+def show_details(runs_by_arm: dict, record: AblationRecord | None = None) -> None:
     firsts = {arm: next((r for r in rs if r.status == "ok"), None) for arm, rs in runs_by_arm.items()}
     firsts = {a: r for a, r in firsts.items() if r is not None}
     if not firsts:
@@ -97,10 +114,11 @@ def show_details(runs_by_arm: dict) -> None:
     arm = st.selectbox("Arm", list(firsts), key="detail_arm",
                        help="each family's own figures for this arm's first finished run")
     result = firsts[arm]
-    notes = technique_notes(result)
+    rec = record.arms.get(arm) if record is not None else None
+    notes = technique_notes(result, rec)
     if notes:
         st.markdown("\n".join(f"- {n}" for n in notes))
-    figs = technique_figures(result)
+    figs = technique_figures(result, rec)
     if not figs and not notes:
         st.caption("Nothing technique-specific to show for this arm (the baseline trains plain fp32).")
     for name, fig in figs.items():

@@ -60,8 +60,10 @@ def render() -> None:
                 "accuracy noise band.")
         return
     if c.running:
-        st.caption(f"Ablation `{job['key']}` runs in a background worker (pid {job['pid']}): reloading this page "
-                   "re-attaches to it; finished runs are stored as they end.")
+        # the lock's pid is this server's until the worker adopts it (status "running")
+        who = f"pid {job['pid']}" if job["status"] == "running" else "starting"
+        st.caption(f"Ablation `{job['key']}` on workload **{c.workload}** runs in a background worker ({who}): "
+                   "reloading this page re-attaches to it; finished runs are stored as they end.")
         _lifecycle.live_progress(job["key"])
         return
     _lifecycle.ended_badly(job, "ablation")

@@ -48,8 +48,10 @@ def _show(job: dict) -> None:
         else:
             st.error(f"{name}: {res.error}")
     if samples:
-        storage = next(iter(job["spec"]["configs"].values()))["data"]["storage"]
-        st.caption(f"`{job['key']}` on {storage}: {len(samples)} loader(s) measured.")
+        first = next(iter(job["spec"]["configs"].values()))
+        hw = next(iter(results.values())).hardware_id
+        st.caption(f"Workload **{first.get('workload')}** (size {first.get('size')}) on {first['data']['storage']}, "
+                   f"measured on `{hw}`: {len(samples)} loader(s) (`{job['key']}`).")
         st.dataframe(rows, key="dl_table")
         d1, d2 = st.columns(2)
         d1.plotly_chart(phase_bars(samples), key="dl_phases")
@@ -61,8 +63,9 @@ def render() -> None:
     store = _shared.store()
     job = _lifecycle.attached_job(store, LANE)
     running = bool(job and job["live"])
-    st.markdown("Is training waiting for data? One short run of the chosen workload per loader, on emulated "
-                "storage (real file reads plus a per-read latency and bandwidth cap, `lab.data.storage`).")
+    st.markdown(f"Is training waiting for data? One short run of workload **{choices.workload}** (the sidebar's, "
+                "size tiny) per loader, on emulated storage (real file reads plus a per-read latency and bandwidth "
+                "cap, `lab.data.storage`).")
     dc1, dc2, dc3 = st.columns(3)
     storage = dc1.selectbox("Storage", STORAGES.names(), index=STORAGES.names().index("network_fs"),
                             key="dl_storage")

@@ -13,18 +13,23 @@ import os
 import streamlit as st
 
 from lab.data.studies.threads import grid_rows, load_grids, recommend
+from lab.measure import environment_stamp
 
 TITLE = "Workers vs threads"
 
 
 def render() -> None:
     st.header(TITLE)
+    grids, source = load_grids()
+    hw = environment_stamp()["hardware_id"]
+    if grids:
+        st.markdown(f"Measured on this machine (**{hw}**), from `{source}`.")
+    else:
+        st.warning(f"No workers-vs-threads figures for this machine (**{hw}**) yet: run `python "
+                   f"benchmarks/data_threads.py --quick --json benchmarks/results/{hw}/data_threads.json`; the rule "
+                   "calculator below needs none.")
     st.caption("Loader workers decode on the same cores the step's threads compute on: which split is fastest "
                "here, measured on file-backed data (benchmarks/data_threads.py).")
-    grids, source = load_grids()
-    if not grids:
-        st.info("No workers-vs-threads figures for this machine yet: run `python benchmarks/data_threads.py --quick "
-                "--json benchmarks/results/<hardware id>/data_threads.json`.")
     for g in grids:
         best = g["best"]
         st.subheader(f"{g['workload']}/{g['size']} on {g['storage']}")

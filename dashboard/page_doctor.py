@@ -12,12 +12,11 @@ import _shared
 import pandas as pd
 import streamlit as st
 
-from lab import RunConfig, list_workloads
+from lab import RunConfig
 from lab.config import SIZES
 from lab.doctor import diagnose, format_verification, verify
 from lab.plots.doctor import op_class_bars, predicted_vs_measured, prescription_bars
 from lab.recipes import TECHNIQUES
-from lab.workloads import load_spec
 
 TITLE = "Doctor"
 
@@ -35,11 +34,11 @@ def render() -> None:
     spec = st.text_input("Add your workload (spec: file.py:NAME or module:NAME)", key="doctor_spec")
     if spec:
         try:
-            load_spec(spec)
+            _shared.add_typed_workload(spec)
         except (ValueError, ImportError, OSError) as exc:
             st.error(f"cannot load {spec}: {exc}")
     cols = st.columns(3)
-    workload = cols[0].selectbox("workload", list_workloads(), key="doctor_workload")
+    workload = cols[0].selectbox("workload", _shared.workload_names(), key="doctor_workload")
     size = cols[1].selectbox("size", SIZES, index=0, key="doctor_size")
     threads = cols[2].number_input("threads", min_value=1, max_value=64, value=1, key="doctor_threads")
     techs = st.multiselect("techniques", list(TECHNIQUES), default=list(TECHNIQUES), key="doctor_techniques")

@@ -32,13 +32,17 @@ def render() -> None:
         st.info(f"No performance report under `{bench_root}` yet: run `make bench-quick` (or "
                 "`bash benchmarks/gpu.sh` on a GPU box), then reload this page.")
         return
-    st.markdown("The benchmarks' figures, each on the hardware it was measured on: ratios with bootstrap "
-                "95 % CIs against the project's goals; the anchors are other people's figures on other hardware.")
     report_rows = report_frame(reports)
     hw_ids = list(dict.fromkeys(report_rows["hardware"]))
     this_hw = environment_stamp()["hardware_id"]
-    if this_hw not in hw_ids:
-        st.warning(other_machine_note(", ".join(hw_ids), "The reports below", "make bench-quick (about 10 minutes)"))
+    if this_hw not in hw_ids:  # the first line: none of these figures is this machine's
+        st.warning(other_machine_note(", ".join(hw_ids), "Every report below", "make bench-quick (about 10 minutes)")
+                   + " This machine has no report yet.")
+    else:
+        others = ", ".join(h for h in hw_ids if h != this_hw)
+        st.markdown(f"This machine (**{this_hw}**) has a report below" + (f"; others: {others}." if others else "."))
+    st.markdown("The benchmarks' figures, each on the hardware it was measured on: ratios with bootstrap "
+                "95 % CIs against the project's goals; the anchors are other people's figures on other hardware.")
     families = ordered_families(report_rows["family"])
     rc1, rc2 = st.columns(2)
     chosen_hw = rc1.multiselect("Hardware", hw_ids, default=hw_ids, key="report_hw")

@@ -21,6 +21,7 @@ from typing import Any
 import streamlit as st
 
 from lab.crossover import build_map, check_schema, load_study, place, place_workload
+from lab.crossover.versus import applies
 from lab.measure import environment_stamp, other_machine_note
 from lab.plots.scale import crossover_figure, reference_figure, regime_figure
 from lab.plots.scale_threads import technique_threads_figure, thread_scaling_figure, workers_ladder_figure
@@ -71,9 +72,10 @@ def _render_reference(the_map: dict[str, Any] | None) -> None:
     if not reference:
         return
     st.subheader("Does the lab measure what plain PyTorch measures?")
-    st.caption("On the dense ladder's largest rung the lab's arms and plain-PyTorch arms (nothing from lab: "
-               "torch.optim.Adam, torch.autocast, quantize_dynamic, a half-width model) are timed in one "
-               "interleaved loop; overlapping intervals mean the lab adds and hides nothing.")
+    hw = (the_map or {}).get("env", {}).get("hardware_id", "?")
+    st.caption(f"Measured on **{hw}**. On the dense ladder's largest rung the lab's arms and plain-PyTorch arms "
+               "(nothing from lab: torch.optim.Adam, torch.autocast, quantize_dynamic, a half-width model) are "
+               "timed in one interleaved loop; overlapping intervals mean the lab adds and hides nothing.")
     st.plotly_chart(reference_figure(reference), key="scale_reference")
 
 
@@ -117,29 +119,41 @@ def _render_threads() -> None:
                  key="scale_threads_table")
 
 
+def whose_map(the_map: dict[str, Any], path: Path | str) -> tuple[bool, str]:
+    """(measured here?, the page's first line): whose figures these are, and how to measure this machine's."""
+    hw = the_map.get("env", {}).get("hardware_id")
+    note = other_machine_note(hw, f"All figures on this page (`{path}`)")
+    if note:
+        return False, note + " No prediction below is this machine's."
+    return True, f"Measured on this machine (**{hw}**), from `{path}`."
+
+
 def _render_map() -> dict[str, Any] | None:
     st.header(TITLE)
+    path = find_map()
+    first = st.empty()  # the page's first line: whose figures (filled once the map is known)
     st.caption("Speedup of each technique against model size, measured per machine: one training step and "
                "one inference call per rung of each workload's size ladder, arms interleaved, bootstrap 95 % CI. "
                "A star marks the measured crossover (the smallest rung whose CI lower bound is above 1).")
-    path = find_map()
     if st.button("Measure a small map now (about a minute)", key="scale_run"):
         with st.spinner("measuring: sequence and transformer, rungs xs..m, bf16 and dynamic int8"):
             st.session_state["scale_map"] = _small_map()
     the_map = st.session_state.get("scale_map")
-    if the_map is None:
+    if the_map is not None:
+        first.markdown(f"Measured on this machine just now (**{the_map.get('env', {}).get('hardware_id')}**, "
+                       "the small map: sequence and transformer, rungs xs..m); reload to read the committed one.")
+    else:
         if path is None or not path.exists():
-            st.info("No crossover map yet: run `python -m lab crossover --quick --json "
-                    "benchmarks/results/<hardware-id>/crossover.json`, or press the button above.")
+            first.info("No crossover map for this machine (or any other) yet: run `python -m lab crossover "
+                       "--quick --json benchmarks/results/<hardware-id>/crossover.json`, or press the button below.")
             return None
         try:
             the_map = _load(str(path), path.stat().st_mtime)
         except (OSError, ValueError) as exc:
             st.error(f"{path}: not a crossover map ({exc})")
             return None
-        note = other_machine_note(the_map["env"].get("hardware_id"), "This map's figures")
-        if note:
-            st.warning(note)
+        here, line = whose_map(the_map, path)
+        (first.markdown if here else first.warning)(line)
         st.caption(f"map: `{path}` ({'quick' if the_map.get('quick') else 'full'} settings, "
                    f"**{the_map['env'].get('hardware_id')}**: {the_map['env'].get('device_name')}, "
                    f"threads {the_map.get('threads', 1)}; a shared machine)")
@@ -166,6 +180,11 @@ def _render_map() -> dict[str, Any] | None:
         st.warning(f"cannot place it: {exc}")
     user_x = None
     if placed is not None:
+        cannot = [p for p in placed["predictions"] if not applies(p["technique"], p["axis"])]
+        placed = {**placed, "predictions": [p for p in placed["predictions"] if p not in cannot]}
+        if cannot:
+            st.caption("Not predicted (the technique cannot change that axis): " + ", ".join(
+                f"{p['technique']} on {p['axis'].replace('_', ' ')}" for p in cannot) + ".")
         user_x = placed["params"] if x == "params" else placed["macs_per_sample"]
         pays = [f"{p['technique']} ({p['axis'].replace('_', ' ')}, x{p['predicted_speedup']:.2f})"
                 for p in placed["predictions"] if p["pays"]]

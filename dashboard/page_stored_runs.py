@@ -9,6 +9,7 @@ import _views
 import streamlit as st
 
 from lab.ablation import from_spec, jobs, load_stored, pareto_front, stored_ablations, summarize
+from lab.ablation.record import build_record
 from lab.plots import speedup_vs_accuracy
 
 TITLE = "Stored runs"
@@ -35,9 +36,11 @@ def render() -> None:
             else:
                 df_stored = summarize(stored)
                 st.caption("Stored before ablations kept their spec: every arm is read on every axis.")
-            st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed)),
-                            key="stored_chart")
-            _views.show_table(df_stored, "stored_table")
+            record = build_record(df_stored, stored)  # one source for the plot and the table
+            st.markdown(_views.whose_line(record))
+            st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed),
+                                                record=record), key="stored_chart")
+            _views.show_table(df_stored, "stored_table", record)
             _views.show_versus(df_stored, stored, key="stored_versus")
         else:
             st.caption("This ablation has no baseline run on the chosen hardware.")

@@ -65,7 +65,8 @@ def best_under_budget(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "tr
 
 
 def verdict(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedup") -> dict[str, Any]:
-    """``{"winner": arm or None, "text": one sentence}``: what a reader may conclude from the table."""
+    """``{"winner": arm or None, "text": one sentence}``: what a reader may conclude from the table. An A/A
+    interval that excludes 1 (the noise floor is not at 1) withholds the winner (``"unstable": True``)."""
     runs = df.loc[df["status"] != "error", "n_ok"]
     n = int(runs.min()) if len(runs) else 0
     axis = SPEED_AXIS.get(speed, speed)
@@ -76,10 +77,13 @@ def verdict(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedu
         return {"winner": None, "text": "no verdict: the baseline did not learn, so its accuracy deltas mean "
                                         "nothing (train longer or pick a larger size)"}
     best = best_under_budget(df, budget_pt, speed)
-    aa = df[df["arm"] == AA_ARM]
+    floor_ci = noise_floor(df, speed)
     floor = ""
-    if len(aa) and aa[f"{speed}_lo"].notna().all():
-        floor = f"; A/A noise floor [{float(aa[f'{speed}_lo'].iloc[0]):.2f}, {float(aa[f'{speed}_hi'].iloc[0]):.2f}]"
+    if floor_ci is not None:
+        value, lo, hi = floor_ci
+        if not lo <= 1.0 <= hi:
+            return {"winner": None, "unstable": True, "text": unstable_text(axis, value, lo, hi, n, best)}
+        floor = f"; A/A noise floor [{lo:.2f}, {hi:.2f}] (contains 1, as it should)"
     if best is None:
         return {"winner": None, "text": f"no technique beat the baseline beyond noise on {axis} within "
                                         f"{budget_pt:g} {_unit(df)} of accuracy{floor}"}
@@ -87,6 +91,25 @@ def verdict(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedu
             "text": f"{best['arm']}: {best[speed]:.2f}x {axis} [{best[f'{speed}_lo']:.2f}, "
                     f"{best[f'{speed}_hi']:.2f}], accuracy loss {best['acc_loss_pt']:.2f} {_unit(df)} "
                     f"[{best['acc_loss_lo']:.2f}, {best['acc_loss_hi']:.2f}]: beats the baseline beyond noise{floor}"}
+
+
+def noise_floor(df: pd.DataFrame, speed: str = "train_speedup") -> tuple[float, float, float] | None:
+    """The A/A arm's (speedup, lo, hi) on ``speed``, or None without an A/A arm or an interval."""
+    aa = df[df["arm"] == AA_ARM]
+    if not len(aa) or not aa[f"{speed}_lo"].notna().all() or not aa[f"{speed}_hi"].notna().all():
+        return None
+    row = aa.iloc[0]
+    return float(row[speed]), float(row[f"{speed}_lo"]), float(row[f"{speed}_hi"])
+
+
+def unstable_text(axis: str, value: float, lo: float, hi: float, n: int, best: Any = None) -> str:
+    """What a verdict says when the A/A interval excludes 1: the machine moved more than the intervals allow,
+    so no interval of this table can be trusted to name a winner."""
+    candidate = f" ({best['arm']} would have been named)" if best is not None else ""
+    return (f"measurement unstable: the A/A arm (the baseline run again) came out {value:.2f}x [{lo:.2f}, "
+            f"{hi:.2f}] on {axis}, an interval that excludes 1, so load, thermal or order effects moved the timings "
+            f"more than the intervals allow; no winner is named{candidate}. Rerun with more repeats "
+            f"(e.g. {max(2 * n, MIN_RUNS + 3)} per arm) on a quieter machine")
 
 
 def _unit(df: pd.DataFrame) -> str:
@@ -104,8 +127,10 @@ def _log_se(row: dict[str, Any], speed: str) -> float:
 def interaction_effects(df: pd.DataFrame, speed: str = "train_speedup") -> pd.DataFrame:
     """Factorial effects on ``speed`` with 95 % intervals: each technique's main effect (its single arm),
     every 2-way term (observed joint / product of the singles) and every 3-way term (the joint arm over what
-    its pairs and singles predict), wherever the arms of the term were run. A term above 1 means the
-    techniques compound, below 1 that they cancel; "within noise" when its interval contains 1. Intervals
+    its pairs and singles predict), wherever the arms of the term were run. An interaction above 1 means the
+    techniques compound, below 1 that they cancel (a main effect gets the same word here;
+    ``lab.plots.tables.effects_table`` reads it as "faster" / "slower"); "within noise" when its interval
+    contains 1. Intervals
     combine the arms' CIs on the log scale (log-normal, independent arms): approximate, and blank when an
     arm has no interval (fewer than 3 runs)."""
     import pandas as pd
@@ -148,4 +173,4 @@ def interaction_effects(df: pd.DataFrame, speed: str = "train_speedup") -> pd.Da
     return pd.DataFrame(rows, columns=["term", "techniques", "effect", "effect_lo", "effect_hi", "verdict",
                                        "loss_effect_pt"])
 
-__all__ = ["best_under_budget", "interaction_effects", "pareto_front", "verdict"]
+__all__ = ["best_under_budget", "interaction_effects", "noise_floor", "pareto_front", "unstable_text", "verdict"]

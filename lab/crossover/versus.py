@@ -23,6 +23,17 @@ ARM_TO_TECHNIQUE = {"bf16": "bf16", "fp16": "fp16", "amp_auto": "auto", "int8_dy
 AXIS_COLUMN = {"train_step": "step_speedup", "inference": "infer_speedup"}
 
 
+def applies(technique: str, axis: str) -> bool:
+    """Whether the map's ``technique`` can change ``axis`` (its registry counterparts' axes,
+    ``lab.registry.TECHNIQUES``, filled by ``lab.recipes``): pruning is applied after training, so it is never
+    predicted on the training step. A technique without a registered counterpart is kept, and so is every
+    inference prediction (the map runs a precision's inference in that precision; the ablation's does not)."""
+    from lab.registry import TECHNIQUES
+
+    arms = [a for a, t in ARM_TO_TECHNIQUE.items() if t == technique and a in TECHNIQUES]
+    return axis != "train_step" or not arms or any(axis in TECHNIQUES[a].axes for a in arms)
+
+
 def predicted_vs_measured(the_map: dict[str, Any], table: Any, workload: str, *, size: str = "small",
                           model_scale: str | None = None) -> list[dict[str, Any]]:
     """Rows ``arm, technique, axis, predicted, measured, measured_lo, measured_hi, agrees`` for every arm of

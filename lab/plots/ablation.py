@@ -2,9 +2,10 @@
 Pareto front and the noise band, and the speedups as bars with their intervals.
 
 Readability rules (checked in a real browser by ``tests/test_browser.py``): a short title with the
-explanation as a subtitle, the colour key in the legend, arm names as hover text once there are more than
-:data:`LABEL_MAX` arms (printed labels overlap), whiskers clipped to :func:`lab.plots.common.ratio_range`
-with the clipping drawn, axes titled with their units.
+explanation as a subtitle, the colour key in the legend, every point labelled with its arm (labels alternate
+above and below, so neighbours do not print over each other; the A/A arm reads "A/A"), whiskers clipped to
+:func:`lab.plots.common.ratio_range` with the clipping drawn, axes titled with their units. Every number
+(point, whisker, hover) is the arm's record (:mod:`lab.ablation.record`), the one the table shows.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from lab.ablation.record import AblationRecord, build_record
+from lab.ablation.summary import AA_ARM
 from lab.plots.common import clipped_whiskers, fig_title, ratio_bars, ratio_range
 
-#: Up to this many arms the scatter prints their names; beyond, names are hover text only.
-LABEL_MAX = 5
 #: The colour key of the scatter: whether the accuracy loss is within the seed noise.
 NOISE_KEY = {True: ("within seed noise", "#009E73"), False: ("outside seed noise", "#D55E00"),
              None: ("noise unknown (one seed)", "#7f7f7f")}
@@ -33,13 +34,20 @@ def _noise_key(value: object) -> bool | None:
     return None if value is None or (isinstance(value, float) and pd.isna(value)) else bool(value)
 
 
+def _short(arm: str) -> str:
+    return "A/A" if arm == AA_ARM else arm
+
+
 def speedup_vs_accuracy(df: pd.DataFrame, speed: str = "train_speedup", front: Sequence[str] | None = None,
-                        budget_pt: float | None = None) -> go.Figure:
+                        budget_pt: float | None = None, record: AblationRecord | None = None) -> go.Figure:
     """Each arm at (speedup, accuracy loss) with 95 % CI whiskers on the speedup (clipped, shown); a grey
     noise band around (1x, 0 pt) (the baseline's seed spread); the Pareto front as a line; an optional
     accuracy budget as a dashed line. One trace per noise class, so the legend is the colour key.
-    Input: ``summarize``'s table."""
-    ok = df[(df["status"] != "error") & df[speed].notna()]
+    Input: ``summarize``'s table (and its record, built here when not given)."""
+    record = record or build_record(df)
+    has = pd.Series([record.arms[a].speed.get(speed) is not None for a in df["arm"]], index=df.index)
+    ok = df[(df["status"] != "error") & has].copy()
+    ok[speed] = [record.arms[a].speed[speed].value for a in ok["arm"]]
     fig = go.Figure()
     noise = ok.loc[ok["arm"] == "baseline", "noise_pt"]
     noise_pt = float(noise.iloc[0]) if len(noise) and pd.notna(noise.iloc[0]) else 0.0
@@ -51,8 +59,8 @@ def speedup_vs_accuracy(df: pd.DataFrame, speed: str = "train_speedup", front: S
         pts = ok.set_index("arm").loc[[a for a in front if a in set(ok["arm"])]].sort_values(speed)
         fig.add_scatter(x=pts[speed], y=pts["acc_loss_pt"], mode="lines", name="Pareto front",
                         line={"color": "black", "dash": "dash"}, hoverinfo="skip")
-    printed = len(ok) <= LABEL_MAX
     clipped_any = False
+    above = {a: i % 2 == 0 for i, a in enumerate(ok.sort_values(speed)["arm"])}
     for key, (name, color) in NOISE_KEY.items():
         part = ok[[_noise_key(v) is key for v in ok["within_noise"]]]
         if part.empty:
@@ -60,16 +68,17 @@ def speedup_vs_accuracy(df: pd.DataFrame, speed: str = "train_speedup", front: S
         plus, minus, clipped = clipped_whiskers(part[speed].tolist(), part[f"{speed}_lo"].tolist(),
                                                 part[f"{speed}_hi"].tolist(), bounds)
         clipped_any |= any(clipped)
-        ci = [f"[{lo:.3g}, {hi:.3g}]" + (" (clipped)" if c else "") if pd.notna(lo) else "no interval"
-              for lo, hi, c in zip(part[f"{speed}_lo"], part[f"{speed}_hi"], clipped, strict=True)]
+        ci = [record.arms[a].speed[speed].text + (" (clipped)" if c else "")
+              for a, c in zip(part["arm"], clipped, strict=True)]
         fig.add_scatter(
-            x=part[speed], y=part["acc_loss_pt"], mode="markers+text" if printed else "markers", name=name,
-            text=part["arm"], textposition="top center", cliponaxis=False,
+            x=part[speed], y=part["acc_loss_pt"], mode="markers+text", name=name,
+            text=[_short(a) for a in part["arm"]], cliponaxis=False,
+            textposition=["top center" if above[a] else "bottom center" for a in part["arm"]],
             error_x={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus},
             marker={"size": 11, "color": color,
                     "symbol": ["diamond" if c else "circle" for c in clipped]},
             customdata=list(zip(ci, part["why"].fillna("").astype(str).str.slice(0, 120), strict=True)),
-            hovertemplate="<b>%{text}</b><br>%{x:.3g}x, 95 % CI %{customdata[0]}<br>accuracy loss %{y:.2g} pt"
+            hovertemplate="<b>%{text}</b><br>%{customdata[0]}<br>accuracy loss %{y:.2g} pt"
                           "<br>%{customdata[1]}<extra></extra>")
     if clipped_any:
         fig.add_scatter(x=[None], y=[None], mode="markers", name="diamond: CI clipped (hover)",
@@ -85,13 +94,14 @@ def speedup_vs_accuracy(df: pd.DataFrame, speed: str = "train_speedup", front: S
     return fig
 
 
-def speedup_bars(df: pd.DataFrame, speeds: Sequence[str] = ("train_speedup", "infer_speedup")) -> go.Figure:
+def speedup_bars(df: pd.DataFrame, speeds: Sequence[str] = ("train_speedup", "infer_speedup"),
+                 record: AblationRecord | None = None) -> go.Figure:
     """Grouped horizontal bars per arm: training and inference speedup with 95 % CI whiskers (clipped,
-    shown); an axis the arm cannot change has no bar; 1x marked."""
-    ok = df[df["status"] != "error"]
+    shown), the record's figures; an axis the arm cannot change has no bar; 1x marked."""
+    record = record or build_record(df)
     series = {_speed_label(speed).split(" (")[0].split(",")[0]:
-              [(a, s, lo, hi) for a, s, lo, hi in zip(ok["arm"], ok[speed], ok[f"{speed}_lo"], ok[f"{speed}_hi"],
-                                                      strict=True) if pd.notna(s)]
+              [(_short(a), r.value, r.lo, r.hi) for a, rec in record.arms.items()
+               if rec.status != "error" and (r := rec.speed.get(speed)) is not None]
               for speed in speeds}
     return ratio_bars(series, title="Speedup vs baseline", subtitle="95 % bootstrap CI; no bar: does not apply",
                       yaxis_title="speedup (x vs baseline)")

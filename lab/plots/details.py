@@ -4,7 +4,9 @@ size, float-vs-int8 latency with CI), pruning (per-layer sparsity, MACs ratio vs
 compute, effective batch), data (wait per step against the ideal, wait-free bound).
 
 Why from ``details``: that is what a stored run keeps, so a run browsed days later shows the same panel.
-A builder returns None when its family did not touch the run.
+A builder returns None when its family did not touch the run. Inside an ablation the panel is given the arm's
+record (:mod:`lab.ablation.record`): every figure the table also shows (size, MACs, inference speedups) is
+then the record's, pooled over the arm's runs, not the first run's own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from lab.ablation.record import ArmRecord
 from lab.plots.common import PHASE_COLORS, fig_title, ratio_bars
 from lab.result import RunResult
 
@@ -114,13 +117,35 @@ FAMILY_FIGURES: dict[str, Callable[[RunResult], go.Figure | None]] = {
 }
 
 
+def record_figures(arm: ArmRecord) -> dict[str, go.Figure]:
+    """The arm's inference figures from its record, replacing the first run's "int8 latency" and "MACs vs
+    measured": both inference measurements at the table's batch, and the MACs a zero-skipping kernel would save."""
+    bars = []
+    at = f" (batch {arm.batch})" if arm.batch else ""
+    if arm.macs_if_skipped is not None:
+        bars.append(("MACs if zeros skipped (theory)", arm.macs_if_skipped.value, math.nan, math.nan))
+    if arm.paired is not None:
+        bars.append((f"same process{at}", arm.paired.value, arm.paired.lo, arm.paired.hi))
+    inf = arm.speed.get("infer_speedup")
+    if inf is not None and bars:
+        bars.append((f"vs baseline's runs{at}", inf.value, inf.lo, inf.hi))
+    if not bars:
+        return {}
+    name = "int8 latency" if "int8" in arm.paired_what else "MACs vs measured"
+    fig = ratio_bars({"ratio": bars}, title="Inference: theory and the two measurements",
+                     subtitle=f"{arm.paired_what or 'vs the baseline'}; 95 % CI; > 1: faster",
+                     yaxis_title="x vs reference", bar_colors=["#999999", "#0072B2", "#56B4E9"][-len(bars):])
+    return {name: fig}
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.2g} %"
 
 
-def technique_notes(result: RunResult) -> list[str]:
+def technique_notes(result: RunResult, arm: ArmRecord | None = None) -> list[str]:
     """One sentence per family fact a figure cannot say: the dtype asked and run (and auto's reason), the
-    int8 size, the MACs and sparsity, the effective DDP batch, the data-wait share."""
+    int8 size, the MACs and sparsity, the effective DDP batch, the data-wait share. With the arm's record,
+    its figures (size, MACs, inference) and its "why" are the record's, word for word."""
     d, notes = result.details, []
     prec = d.get("precision") or {}
     if prec.get("requested") and prec.get("requested") != "fp32":
@@ -132,13 +157,18 @@ def technique_notes(result: RunResult) -> list[str]:
         if diag.get("grad_scaler"):
             notes.append(f"Loss scaling: {len(diag.get('skipped_steps') or [])} step(s) skipped for inf/nan gradients")
     q = d.get("quant") or {}
-    if q.get("float_bytes"):
+    if arm is not None and q.get("method"):
+        notes.append(f"int8 ({q.get('method')}, {str(q.get('api', '?')).split(' ')[0]}): output error "
+                     f"{_pct(q.get('output_rel_error', math.nan))} (this run)")
+    elif q.get("float_bytes"):
         api = str(q.get("api", "?")).split(" ")[0]
         notes.append(f"int8 ({q.get('method')}, {api}): model {q['float_bytes'] / 1e3:.3g} kB "
                      f"-> {q['int8_bytes'] / 1e3:.3g} kB ({q.get('size_ratio', math.nan):.2g}x smaller); output "
                      f"error {_pct(q.get('output_rel_error', math.nan))}")
     p = d.get("prune") or {}
-    if p.get("macs_ratio"):
+    if arm is not None and p.get("method"):
+        notes.append(f"Pruning ({p.get('method')} {_pct(p.get('amount', 0))}, {p.get('schedule')})")
+    elif p.get("macs_ratio"):
         inf = p.get("inference") or {}
         ci = inf.get("ci95") or [math.nan, math.nan]
         notes.append(f"Pruning ({p.get('method')} {_pct(p.get('amount', 0))}, {p.get('schedule')}): "
@@ -159,6 +189,8 @@ def technique_notes(result: RunResult) -> list[str]:
                      + (f"; {prof['note']}" if prof.get("note") else ""))
     if result.data_wait_fraction:
         notes.append(f"Data: the loop waited for data {_pct(result.data_wait_fraction)} of its step time")
+    if arm is not None:
+        return notes + [n[:1].upper() + n[1:] for n in arm.figure_lines()] + [f"Why: {w}" for w in arm.why]
     for why in result.why:
         notes.append(f"Why: {why}")
     return notes

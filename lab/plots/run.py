@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 
+from lab.ablation.record import ArmRecord
 from lab.plots.common import PHASE_COLORS, fig_title
-from lab.plots.details import FAMILY_FIGURES
+from lab.plots.details import FAMILY_FIGURES, record_figures
 from lab.result import RunResult
 
 
@@ -90,11 +91,17 @@ DETAIL_FIGURES: dict[str, Callable[[RunResult], go.Figure | None]] = {
 }
 
 
-def technique_figures(result: RunResult) -> dict[str, go.Figure]:
+def technique_figures(result: RunResult, arm: ArmRecord | None = None) -> dict[str, go.Figure]:
     """The per-technique detail figures that apply to ``result`` (a failing builder is skipped, not fatal:
-    a detail view must never hide the ablation table)."""
+    a detail view must never hide the ablation table). With the arm's record, the figures the table also
+    shows (int8 latency, MACs vs measured) are drawn from the record instead of this one run."""
     out = {}
+    from_record = record_figures(arm) if arm is not None else {}
     for name, build in DETAIL_FIGURES.items():
+        if arm is not None and name in ("int8 latency", "MACs vs measured"):
+            if name in from_record:
+                out[name] = from_record[name]
+            continue
         try:
             fig = build(result)
         except (KeyError, TypeError, ValueError):

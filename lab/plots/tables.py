@@ -1,5 +1,6 @@
-"""The ablation's tables as a person reads them: readable column names with units, 2-3 significant
-digits, each interval next to its estimate ("1.24x [1.05, 1.40]"), "n = 1: no interval" instead of a
+"""The ablation's tables as a person reads them: readable column names with units, every ratio the arm's
+record's text (:mod:`lab.ablation.record`: rounded to its interval's precision, each interval next to its
+estimate, "2.1x smaller" / "1.67x fewer" never an inverted ratio), "n = 1: no interval" instead of a
 zero-width one, an axis the arm cannot change as "does not apply", an arm the capability gate refused
 before training (:class:`lab.precision.NotApplicable`) as "does not apply here" with its reason, and the
 "why" as sentences under the table rather than a column. The raw table (``summarize``'s, all 36 columns at
@@ -9,14 +10,12 @@ full precision) stays the CSV download.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import pandas as pd
 
-from lab.ablation.summary import AA_ARM, SPEED_AXIS
-from lab.plots.common import ci_text
-from lab.precision import not_applicable_reason
+from lab.ablation.record import AblationRecord, ArmRecord, build_record, fmt_ratio
+from lab.ablation.summary import SPEED_AXIS
 
 #: Readable names of the speed columns.
 SPEED_NAMES = {"train_speedup": "Training speedup", "step_speedup": "Step speedup",
@@ -42,21 +41,21 @@ def _text(x: Any) -> str:
     return x if isinstance(x, str) else ""
 
 
-def _speed(row: pd.Series, col: str) -> str:
-    if not_applicable_reason(row.get("error")):
+def _speed(rec: ArmRecord, col: str) -> str:
+    if rec.refused:
         return "does not apply here"
-    if SPEED_AXIS[col] not in _text(row.get("axes")).split(","):
+    if rec.not_run:
+        return "not run"
+    if SPEED_AXIS[col] not in rec.axes:
         return "does not apply"
-    est = _num(row.get(col))
-    if math.isnan(est):
+    ratio = rec.speed.get(col)
+    if ratio is None:
         return ""
-    if row["arm"] == "baseline":
+    if rec.arm == "baseline":
         return "1x (reference)"
-    text = ci_text(est, _num(row.get(f"{col}_lo")), _num(row.get(f"{col}_hi")), "x")
-    n = int(_num(row.get("n_ok")) or 0) if not math.isnan(_num(row.get("n_ok"))) else 0
-    if "no interval" in text and row["arm"] != "baseline":
-        return f"{est:.3g}x (n = {n}: no interval)"
-    return text
+    if not ratio.has_ci:
+        return f"{ratio.text} (n = {rec.n_ok}: no interval)"
+    return ratio.text
 
 
 def _loss(row: pd.Series) -> str:
@@ -70,55 +69,52 @@ def _loss(row: pd.Series) -> str:
     return f"{est:+.2g}{unit} [{lo:+.2g}, {hi:+.2g}]"
 
 
-def ablation_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per arm, humanised (see the module docstring)."""
+def _status(rec: ArmRecord) -> str:
+    if rec.refused:
+        return "does not apply here"
+    return "not run" if rec.not_run else rec.status
+
+
+def ablation_table(df: pd.DataFrame, record: AblationRecord | None = None) -> pd.DataFrame:
+    """One row per arm, humanised (see the module docstring); every ratio is the record's text
+    (:mod:`lab.ablation.record`), so the table says what the bars, the details and the why say."""
+    record = record or build_record(df)
     rows = []
-    metric_name = next((m for m in df.get("metric_name", []) if _text(m)), "metric")  # an arm without runs has none
     for _, r in df.iterrows():
-        arm = str(r["arm"])
+        rec = record.arms[str(r["arm"])]
         rows.append({
-            "Arm": "A/A (baseline again: noise floor)" if arm == AA_ARM else arm,
+            "Arm": rec.label,
             "Techniques": ", ".join(r["techniques"]) if isinstance(r.get("techniques"), (list, tuple))
             else str(r.get("techniques") or "none"),
-            "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in _text(r.get("axes")).split(",") if a),
-            "Runs ok": f"{int(_num(r.get('n_ok')) or 0)}/{int(_num(r.get('n_runs')) or 0)}"
-            if not math.isnan(_num(r.get("n_runs"))) else "",
-            **{f"{name} (x, 95 % CI)": _speed(r, col) for col, name in SPEED_NAMES.items()},
-            f"Accuracy loss ({metric_name}, 95 % CI)": _loss(r),
+            "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in rec.axes),
+            "Runs ok": f"{rec.n_ok}/{rec.n_runs}" if not math.isnan(_num(r.get("n_runs"))) else "",
+            **{f"{name} (x, 95 % CI)": _speed(rec, col) for col, name in SPEED_NAMES.items()},
+            "Accuracy loss (95 % CI)": _loss(r),
             "Seed noise (pt)": _sig(r.get("noise_pt"), 2),
-            "Size (x smaller)": _sig(r.get("size_ratio"), 3, "x"),
-            "MACs (x fewer)": _sig(r.get("macs_ratio"), 3, "x"),
+            "Size": rec.size.text if rec.size else "",
+            "MACs run (dense kernels)": rec.macs.text if rec.macs else "",
+            "MACs if zeros skipped": rec.macs_if_skipped.text if rec.macs_if_skipped else "",
             "Peak memory (MB)": _sig(r.get("peak_memory_mb"), 3),
             "Training time (s)": _sig(r.get("train_time_s"), 3),
-            "Status": "does not apply here" if not_applicable_reason(r.get("error")) else str(r.get("status") or ""),
+            "Status": _status(rec),
         })
     out = pd.DataFrame(rows)
-    if len(out.columns):
-        metric_col = next(c for c in out.columns if c.startswith("Accuracy loss"))
-        out = out.rename(columns={metric_col: "Accuracy loss (95 % CI)"})
     return out.loc[:, [c for c in out.columns if (out[c] != "").any()]] if len(out) else out
 
 
-def why_lines(df: pd.DataFrame) -> list[str]:
-    """One sentence per arm with "why" tags: what the measurement says about its speed or accuracy. The
-    same tag from several runs (differing only in its measured numbers) is said once, with its count."""
+def why_lines(df: pd.DataFrame, record: AblationRecord | None = None) -> list[str]:
+    """One sentence per arm: the record's figures that explain it (the paired inference, size, MACs) and its
+    runs' "why" tags, each said once with the count of runs that said it, without numbers of their own (the
+    record states each figure once, so a tag's first-run number cannot contradict the table)."""
+    record = record or build_record(df)
     out = []
-    for _, r in df.iterrows():
-        refused = not_applicable_reason(r.get("error"))
-        if refused:
-            out.append(f"**{r['arm']}** does not apply here (refused before training): {refused}")
+    for rec in record.arms.values():
+        if rec.refused:
+            out.append(f"**{rec.arm}** does not apply here (refused before training): {rec.refused}")
             continue
-        why = str(r.get("why") or "").strip()
-        if not why or why == "nan":
-            continue
-        said: dict[str, tuple[str, int]] = {}
-        for tag in (w.strip() for w in why.split(";")):
-            if tag:
-                key = re.sub(r"\([^)]*\)", "", tag).strip()
-                first, n = said.get(key, (tag, 0))
-                said[key] = (first, n + 1)
-        out.append(f"**{r['arm']}**: " + "; ".join(t + (f" (in {n} runs; numbers from the first)" if n > 1 else "")
-                                                     for t, n in said.values()))
+        said = [*rec.figure_lines(), *rec.why] if rec.arm != "baseline" else list(rec.why)
+        if said:
+            out.append(f"**{rec.arm}**: " + "; ".join(said))
     return out
 
 
@@ -128,10 +124,17 @@ def effects_table(effects: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{
         "Term": terms.get(e["term"], e["term"]),
         "Techniques": str(e["techniques"]).replace("+", " + "),
-        "Speed effect (x, 95 % CI)": ci_text(_num(e["effect"]), _num(e["effect_lo"]), _num(e["effect_hi"]), "x"),
-        "Reads as": e["verdict"],
+        "Speed effect (x, 95 % CI)": fmt_ratio(_num(e["effect"]), _num(e["effect_lo"]), _num(e["effect_hi"])),
+        "Reads as": _reads_as(e),
         "Accuracy effect (pt)": _sig_signed(e["loss_effect_pt"]),
     } for _, e in effects.iterrows()])
+
+
+def _reads_as(e: pd.Series) -> str:
+    """A main effect is one arm against the baseline: faster or slower, never "compound" / "cancel"."""
+    if e["term"] == "main":
+        return {"compound": "faster", "cancel": "slower"}.get(e["verdict"], e["verdict"])
+    return e["verdict"]
 
 
 def _sig_signed(x: Any) -> str:
