@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli import ablate, bench, crossover, doctor, export, machine, run, runs
+from lab.cli import ablate, bench, crossover, doctor, export, machine, project, run, runs
 from lab.cli.options import UsageError, config_from_args
 from lab.distributed.launch import RankFailure
 
 #: The subcommands, in ``--help`` order.
-SUBCOMMANDS = (run, runs, export, ablate, bench, doctor, crossover, machine)
+SUBCOMMANDS = (run, runs, export, ablate, project, bench, doctor, crossover, machine)
 #: Subcommands that load ``LAB_WORKLOADS`` first, so a broken entry is one line even for a built-in run.
 LOADS_WORKLOADS = ("run", "ablate", "doctor")
 

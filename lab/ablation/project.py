@@ -1,0 +1,140 @@
+"""A full run, projected from a short measured one (issue 29): ``python -m lab project``.
+
+A user's question is "how long is *my* run": E epochs over N rows. From a measured run the projection takes
+
+- the steps: the run's loader batches per epoch scaled by ``rows / n_train`` (its batch, drop-last, ranks and
+  accumulation included), divided by ``ddp.grad_accum_steps``, times ``epochs``;
+- the time per step: the **mean** of the measured steps (warm-up excluded) plus the loop's own time per step
+  (``train_time_s`` minus the steps' sum, over the steps: hooks, memory samples, progress). A total is a sum,
+  so the mean is its estimator (a median would drop the tail a long run pays); the interval is a bootstrap of
+  that mean;
+- the warm-up's excess over the steady step (compile is paid there, once);
+- the evaluations: one every ``eval_every`` steps, each as long as the run's (scaled by ``test_rows / n_test``);
+- the one-off costs outside the loop (:mod:`lab.result.timeline`): fine-tunes scale with the rows, checkpoint
+  writes with the steps, the rest (probe, export, calibration, int8 compile, spawn) are paid once.
+
+Per arm the estimate is the median of its runs' projections, with a bootstrap interval over runs (3 or more),
+else the step-mean interval of its one run; said the seeds' way by :func:`format_projection`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lab.measure import bootstrap_ci, median
+from lab.result import RunResult
+from lab.result.timeline import IN_LOOP, one_off_costs
+
+#: One-off parts that are epochs over the data (scale with the rows) and that scale with the steps.
+SCALE_WITH_ROWS = ("prune_finetune", "qat_finetune")
+SCALE_WITH_STEPS = ("checkpoint_writes",)
+MIN_RUNS = 3
+
+
+def project_run(r: RunResult, *, epochs: int, rows: int | None = None, test_rows: int | None = None,
+                eval_every: int | None = -1) -> dict[str, Any]:
+    """The full run of ``epochs`` epochs over ``rows`` training rows (default: the run's own), from ``r``.
+    ``eval_every=-1`` keeps the run's own evaluation cadence (``None``: no evaluation during training).
+    Returns seconds: ``total_s`` with ``lo_s`` / ``hi_s`` and the parts."""
+    if epochs < 1:
+        raise ValueError(f"epochs={epochs} is invalid: allowed: >= 1")
+    resolved, details, cfg = r.details.get("resolved") or {}, r.details, r.config or {}
+    n_train, n_test = int(resolved.get("n_train") or 0), int(resolved.get("n_test") or 0)
+    loader_batches = int(resolved.get("steps_per_epoch") or 0)
+    measured = r.measured_ms()
+    if r.status != "ok" or not n_train or not loader_batches or not measured:
+        raise ValueError(f"run {r.run_id[:8]} cannot be projected: it needs status ok, measured steps and "
+                         "details['resolved'] (a run of this lab)")
+    rows = n_train if rows is None else int(rows)
+    if rows < 1:
+        raise ValueError(f"rows={rows} is invalid: allowed: >= 1")
+    accum = int((cfg.get("ddp") or {}).get("grad_accum_steps", 1) or 1)
+    steps_per_epoch = max(1, round(loader_batches * rows / n_train) // accum)
+    steps = epochs * steps_per_epoch
+    all_ms = r.step_times_ms.get("total", [])
+    mean_s, lo_s, hi_s = (x / 1e3 for x in bootstrap_ci(measured, np.mean))
+    overhead_s = max(0.0, (r.train_time_s - sum(all_ms) / 1e3) / max(r.steps, 1))
+    warm = all_ms[: r.warmup_steps]
+    warmup_excess_s = max(0.0, sum(warm) / 1e3 - len(warm) * mean_s)
+    every = details.get("eval_every") if eval_every == -1 else eval_every
+    curve = details.get("eval_curve") or []
+    per_eval_s = median([p["eval_s"] for p in curve]) if curve else 0.0
+    per_eval_s *= (test_rows / n_test) if test_rows and n_test else 1.0
+    n_evals = math.ceil(steps / every) if every and curve else 0
+    one_off = details.get("one_off_s") or one_off_costs(details)
+    fixed = {}
+    for k, v in one_off.items():
+        if k == "total" or k in IN_LOOP:  # compile is in the warm-up excess
+            continue
+        fixed[k] = v * (rows / n_train if k in SCALE_WITH_ROWS else steps / max(r.steps, 1)
+                        if k in SCALE_WITH_STEPS else 1.0)
+    rest = warmup_excess_s + n_evals * per_eval_s + sum(fixed.values())
+    return {"epochs": epochs, "rows": rows, "steps_per_epoch": steps_per_epoch, "steps": steps,
+            "step_s": mean_s, "loop_overhead_s": overhead_s, "warmup_excess_s": warmup_excess_s,
+            "evaluations": n_evals, "eval_s": n_evals * per_eval_s, "one_off_s": fixed,
+            "total_s": steps * (mean_s + overhead_s) + rest, "lo_s": steps * (lo_s + overhead_s) + rest,
+            "hi_s": steps * (hi_s + overhead_s) + rest}
+
+
+def project_arm(results: Sequence[RunResult], **kwargs: Any) -> dict[str, Any]:
+    """The median of the runs' projections, with a bootstrap interval over runs (>= 3) or the one run's."""
+    each = [project_run(r, **kwargs) for r in results if r.status == "ok"]
+    if not each:
+        return {"total_s": math.nan, "lo_s": math.nan, "hi_s": math.nan, "runs": 0}
+    totals = [p["total_s"] for p in each]
+    if len(each) >= MIN_RUNS:
+        est, lo, hi = bootstrap_ci(totals)
+    else:
+        est, lo, hi = median(totals), median([p["lo_s"] for p in each]), median([p["hi_s"] for p in each])
+    return {**each[0], "total_s": est, "lo_s": lo, "hi_s": hi, "runs": len(each), "each_s": totals}
+
+
+def project_arms(runs: dict[str, list[RunResult]], **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """:func:`project_arm` per arm (the A/A arm left out: it is the baseline again)."""
+    return {arm: project_arm(rs, **kwargs) for arm, rs in runs.items() if arm != "aa"}
+
+
+def fmt_duration(s: float, unit: str | None = None) -> str:
+    unit = unit or duration_unit(s)
+    scale = {"h": 3600.0, "min": 60.0, "s": 1.0}[unit]
+    return "n/a" if s != s else f"{s / scale:.3g} {unit}"
+
+
+def duration_unit(s: float) -> str:
+    return "h" if s >= 3600 else "min" if s >= 60 else "s"
+
+
+def format_projection(projected: dict[str, dict[str, Any]], table: Any = None, baseline: str = "baseline") -> str:
+    """"baseline 24.0 h -> bf16+prefetch 16.3 h [15.1, 17.4], accuracy -0.2 pt [-0.4, +0.0]", one arm a line;
+    ``table``: the ablation summary (its accuracy loss and interval per arm), optional."""
+    base = projected.get(baseline)
+    unit = duration_unit(base["total_s"]) if base and base["total_s"] == base["total_s"] else None
+    rows = {} if table is None else {rec["arm"]: rec for rec in table.to_dict("records")}
+
+    def said(p: dict[str, Any]) -> str:
+        lo, hi = (fmt_duration(p[k], unit).split()[0] for k in ("lo_s", "hi_s"))
+        return f"{fmt_duration(p['total_s'], unit)}" + (f" [{lo}, {hi}]" if p.get("runs") else "")
+
+    lines = []
+    for arm, p in projected.items():
+        if arm == baseline:
+            lines.append(f"{baseline} {said(p)}   ({p.get('steps')} steps, {p.get('steps_per_epoch')} per epoch, "
+                         f"{p.get('runs')} run(s))")
+            continue
+        rec = rows.get(arm) or {}
+        loss, lo, hi = rec.get("acc_loss_pt"), rec.get("acc_loss_lo"), rec.get("acc_loss_hi")
+        acc = ""
+        if loss is not None and loss == loss:
+            acc = f", accuracy {0.0 - loss:+.2g} {rec.get('loss_unit') or 'pt'}"  # 0.0 - x: never "-0"
+            if lo is not None and lo == lo and hi is not None and hi == hi:
+                acc += f" [{0.0 - hi:+.2g}, {0.0 - lo:+.2g}]"
+        head = f"{baseline} {fmt_duration(base['total_s'], unit)} -> " if base else ""
+        lines.append(f"{head}{arm} {said(p)}{acc}")
+    return "\n".join(lines)
+
+
+__all__ = ["duration_unit", "fmt_duration", "format_projection", "project_arm", "project_arms", "project_run"]
