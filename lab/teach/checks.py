@@ -193,7 +193,7 @@ def quantize_per_channel_symmetric(fn: Callable) -> torch.Tensor:
 
 
 def int8_linear(fn: Callable) -> float:
-    """Matches torch's fake-quant ops (per-tensor uint8 activations, per-channel int8 weights) to 1e-4."""
+    """Matches torch's quantize ops (per-tensor uint8 activations, per-channel int8 weights) to 1e-4."""
     from lab.quant import affine_qparams
 
     g = torch.Generator().manual_seed(0)
@@ -201,16 +201,20 @@ def int8_linear(fn: Callable) -> float:
     x = torch.randn(64, 32, generator=g) * 2 + 0.5
     mine = fn(x, lin.weight.detach(), lin.bias.detach())
     sx, zx = affine_qparams(x)
-    fx = torch.fake_quantize_per_tensor_affine(x, sx, zx, 0, 255)
     sw = lin.weight.detach().abs().amax(dim=1) / 127.5
-    fw = torch.fake_quantize_per_channel_affine(lin.weight.detach(), sw, torch.zeros(8, dtype=torch.int32), 0,
-                                                -128, 127)
+    with warnings.catch_warnings():  # torch deprecates quantized tensors; the ops are still the reference
+        warnings.simplefilter("ignore", UserWarning)
+        # quantize_* round half to even, like torch.round; the fake_quantize_* ops multiply by 1 / scale and can
+        # land a row's extreme (exactly +-127.5 codes) on the other side of the tie
+        fx = torch.quantize_per_tensor(x, sx, zx, torch.quint8).dequantize()
+        fw = torch.quantize_per_channel(lin.weight.detach(), sw, torch.zeros(8, dtype=torch.int64), 0,
+                                        torch.qint8).dequantize()
     ref = fx @ fw.T + lin.bias.detach()
     err = float((mine - ref).abs().max())
-    assert mine.shape == ref.shape and err < 1e-4, f"max difference {err:.3g} from the fake-quantized Linear"
+    assert mine.shape == ref.shape and err < 1e-4, f"max difference {err:.3g} from torch's quantized Linear"
     with torch.no_grad():
         vs_float = float((ref - lin(x)).abs().max())
-    _ok(f"int8 Linear by hand equals the fake-quantized one (max diff {err:.1e}); vs float {vs_float:.3g}")
+    _ok(f"int8 Linear by hand equals torch's quantized one (max diff {err:.1e}); vs float {vs_float:.3g}")
     return err
 
 

@@ -95,10 +95,12 @@ def per_layer_amounts(scan: Sequence[Mapping[str, Any]], dense_metric: float, bu
 # ------------------------------------------------------------------ 04 quantization
 def quantize_per_channel_symmetric(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """int8 codes and one scale per output channel (row): ``scale = max|w_row| / 127.5``, zero point 0,
-    codes ``clamp(round(w / scale), -128, 127)``."""
+    codes ``clamp(round(w * (1 / scale)), -128, 127)``."""
     scales = w.detach().abs().amax(dim=tuple(range(1, w.dim()))).clamp_min(1e-12) / 127.5
     shape = (-1,) + (1,) * (w.dim() - 1)
-    q = torch.clamp(torch.round(w / scales.view(shape)), -128, 127).to(torch.int8)
+    # times the reciprocal, as torch's kernels do: a row's extreme sits exactly on the +-127.5 tie, where
+    # w / scale and w * (1 / scale) can round to different codes
+    q = torch.clamp(torch.round(w * (1.0 / scales.view(shape))), -128, 127).to(torch.int8)
     return q, scales
 
 
