@@ -1,24 +1,34 @@
-"""How right is the doctor? Predicted vs measured speedup over many models, and top-1 hits.
+"""How right is the doctor? Predicted vs measured speedup over many models, scored per set of cases.
 
-    python benchmarks/doctor.py [--quick] [--json PATH] [--cases ctr:small,...] [--techniques a,b] [--merge PATH]
+    python benchmarks/doctor.py [--quick] [--json PATH] [--sets builtin,gallery,hf] [--cases ctr:small,...]
+                                [--techniques a,b] [--merge PATH] [--rescore PATH [--recalibrate]]
 
-For each case (a built-in workload at a size, or a model of the user-model gallery in ``tests/gallery.py``)
-the doctor profiles a baseline and predicts every technique in the case's list (:func:`lab.doctor.diagnose`);
+Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.scorecard`):
+
+- ``builtin``: every built-in workload at two rungs of its ladder (``--model-scale`` xs and m on the
+  ``tiny`` data, each run capped at ``MAX_STEPS`` steps): the cases the doctor's priors and rules were tuned
+  on, so **in-sample**;
+- ``gallery``: the user-model gallery (``tests/gallery.py``), models built from blocks the built-ins lack;
+- ``hf``: the Hugging Face ecosystem gallery (``lab.workloads.hf``: BERT, DistilBERT, GPT-2, ViT, ResNet
+  built from configs), skipped with its reason when ``transformers`` or that module is missing.
+
+For each case the doctor profiles a baseline and predicts every technique in the list
+(:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
+machine's committed ``doctor.json`` (:mod:`lab.doctor.calibration`, the case itself left out: held out);
 then one interleaved ablation measures all of them (:func:`lab.doctor.verify`, 3 repeats per arm, an A/A
-arm). Figures: the median absolute error of predicted vs measured speedup over every (case, technique)
-(goal <= 25 %), and the share of cases whose top-ranked training technique is the measured best or within
-noise of it (its measured interval reaches the best measured speedup; goal >= 70 %). Each case's rows go
-into the JSON (``cases``), so where the doctor is wrong can be read off.
+arm). Per set: top-1 (the first training pick is the measured best or within its noise; goal >= 75 % on
+held-out sets), mean / worst regret (``1 - measured(top) / best measured``; goals <= 5 % / <= 20 %), Spearman
+between predicted and measured, the median |speedup error| (goal <= 15 %), coverage of the nominal 90 %
+intervals (goal >= 80 %) and the zero-width intervals (goal 0); per technique the median and max error on the
+speedup and on the step time. Each case's rows go into the JSON (``cases``) and the per-set cards into
+``scorecards``, so where the doctor is wrong can be read off.
 
-``--quick``: three built-ins at ``tiny`` and two gallery models, training-step techniques without compile,
-loader workers and auto (their runs are the slowest); full: every built-in workload at two rungs of its
-model-size ladder (``--model-scale`` xs and m, on the ``tiny`` data, each run capped at ``MAX_STEPS`` steps:
-the doctor's figures are step times, and the ladder changes the model, not the data), the whole gallery,
-and the inference techniques too. A case is ``workload:size`` or ``workload:size:rung``.
-``--cases`` / ``--techniques`` pick a subset; ``--merge PATH`` pools the cases of an earlier JSON with these
-(a second rung measured later) and recomputes the figures over all of them; ``--rescore PATH`` measures
-nothing and recomputes a stored JSON's figures. Besides the two goals it reports the top pick's share of
-the best measured speedup (mean over cases): how much a user who tries only the first pick leaves.
+``--quick``: three built-ins at ``tiny`` and two models of each held-out set, training-step techniques without
+compile, loader workers and auto (their runs are the slowest). A case is ``workload:size`` or
+``workload:size:rung``. ``--cases`` / ``--techniques`` pick a subset; ``--merge PATH`` pools the cases of an
+earlier JSON with these; ``--rescore PATH`` measures nothing and recomputes a stored JSON's figures, and with
+``--recalibrate`` first widens each stored interval as :mod:`lab.doctor.calibration` would have, from the
+other cases of that JSON (a run made before calibration existed: its held-out coverage).
 A busy shared 2-core machine: measured speedups carry its noise, and so do the errors.
 """
 
@@ -38,8 +48,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from gallery import register_gallery  # noqa: E402
 
 from lab import RunConfig  # noqa: E402
-from lab.doctor import accuracy, diagnose, top1_hit, verify  # noqa: E402
-from lab.measure import median  # noqa: E402
+from lab.doctor import (  # noqa: E402
+    Calibration,
+    case_key,
+    diagnose,
+    format_scorecard,
+    load_calibration,
+    scorecard,
+    top1_hit,
+    verify,
+)
+from lab.measure import environment_stamp  # noqa: E402
 from lab.store import ResultStore  # noqa: E402
 
 QUICK_TECHS = ["bf16", "fp16", "fused_optim", "prefetch", "fast_kernels"]
@@ -49,103 +68,223 @@ FULL_TECHS = [*QUICK_TECHS, "workers2", "amp_auto", "compile", "int8_dynamic", "
 BUILTINS = ("ctr", "sequence", "vision", "transformer", "mlp")
 RUNGS = ("xs", "m")
 MAX_STEPS = 40  # per verification run (full mode): enough steady-state steps for a median step time
+HF_MODELS = ("BERT", "DISTILBERT", "GPT2", "VIT", "RESNET")  # lab.workloads.hf's gallery, loaded by spec
+SETS = {"builtin": "built-in ladders (in-sample)", "gallery": "user-model gallery (held out)",
+        "hf": "Hugging Face gallery (held out)"}
+#: The goals of issue 28 on a held-out set: name -> (scorecard key, test).
+GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": ("regret_mean", lambda v: v <= 0.05),
+         "worst regret <= 20 %": ("regret_worst", lambda v: v <= 0.2),
+         "median |speedup error| <= 15 %": ("median_abs_error", lambda v: v <= 0.15),
+         "coverage >= 80 % (nominal 90 %)": ("coverage", lambda v: v >= 0.8),
+         "no zero-width interval": ("zero_width", lambda v: v == 0)}
 
 
-def cases(quick: bool) -> list[tuple[str, ...]]:
+def case_set(workload: str) -> str:
+    """Which set a case belongs to, by its workload's name (or spec)."""
+    if workload.startswith("gallery_"):
+        return "gallery"
+    if workload.startswith("hf_") or "workloads.hf:" in workload:
+        return "hf"
+    return "builtin"
+
+
+def hf_available() -> str | None:
+    """Why the Hugging Face set cannot run here (``None``: it can)."""
+    try:
+        import transformers  # noqa: F401
+
+        from lab.workloads import hf  # noqa: F401
+    except ImportError as exc:
+        return f"skipped: {exc} (the [hf] extra and lab.workloads.hf are needed)"
+    return None
+
+
+def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str]]:
+    """The cases of ``sets`` and, per set left out, why."""
     gallery = list(register_gallery())
-    if quick:
-        return [(w, "tiny") for w in BUILTINS[:3]] + [(g, "tiny") for g in gallery[:2]]
-    return [(w, "tiny", r) for w in BUILTINS for r in RUNGS] + [(g, "tiny") for g in gallery]
+    out: list[tuple[str, ...]] = []
+    why: dict[str, str] = {}
+    for s in sets:  # in the order asked
+        if s == "builtin":
+            out += ([(w, "tiny") for w in BUILTINS[:3]] if quick else [(w, "tiny", r) for w in BUILTINS for r in RUNGS])
+        elif s == "gallery":
+            out += [(g, "tiny") for g in (gallery[:2] if quick else gallery)]
+        elif (reason := hf_available()) is None:
+            out += [(f"lab.workloads.hf:{m}", "tiny") for m in (HF_MODELS[:2] if quick else HF_MODELS)]
+        else:
+            why["hf"] = reason
+    return out, why
+
+
+def parse_case(text: str) -> tuple[str, ...]:
+    """``workload:size[:rung]``; a spec workload (``lab.workloads.hf:BERT``, ``mine.py:make``) keeps its colon."""
+    parts = text.split(":")
+    if len(parts) > 1 and (parts[0].startswith("lab.") or parts[0].endswith(".py")):
+        parts = [f"{parts[0]}:{parts[1]}", *parts[2:]]
+    return tuple(parts) if len(parts) > 1 else (parts[0], "tiny")
 
 
 def run_case(workload: str, size: str, techs: list[str], store: ResultStore, rung: str | None = None,
-             max_steps: int | None = None) -> dict:
+             max_steps: int | None = None, calibration: Calibration | None = None,
+             measure: tuple[str, ...] = ("compile",)) -> dict:
     cfg = RunConfig(workload=workload, size=size, threads=1, latency_repeats=8, model_scale=rung,
                     max_steps=max_steps)
     t0 = time.perf_counter()
-    d = diagnose(cfg, techniques=techs)
+    key = case_key({"workload": workload, "size": size, "model_scale": rung})
+    d = diagnose(cfg, techniques=techs, calibration=calibration.without(key) if calibration else None,
+                 measure=measure)
     rows = verify(d, len(d.predictions), repeats=3, store=store, record=False)
-    acc = accuracy(rows)
-    return {"workload": workload, "size": size, "model_scale": rung, "params": d.baseline.param_count,
-            "macs_per_sample": d.baseline.macs_per_sample, "step_ms": d.train.step_ms,
-            "shares": {k: round(v, 4) for k, v in d.train.shares().items() if v > 0},
-            "top": d.top().technique if d.top() else None, "top1_hit": top1_hit(rows), "rows": rows,
-            "skipped": d.skipped, "median_abs_error": acc["median_abs_error"], "wall_s": time.perf_counter() - t0}
+    card = scorecard([{"rows": rows}])
+    return {"workload": workload, "size": size, "model_scale": rung, "set": case_set(workload),
+            "params": d.baseline.param_count, "macs_per_sample": d.baseline.macs_per_sample,
+            "step_ms": d.train.step_ms, "shares": {k: round(v, 4) for k, v in d.train.shares().items() if v > 0},
+            "rate_source": d.rate_source, "top": d.top().technique if d.top() else None,
+            "top1_hit": top1_hit(rows), "rows": rows, "skipped": d.skipped,
+            "median_abs_error": card["median_abs_error"], "wall_s": time.perf_counter() - t0}
 
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="the tiny rung and two gallery models")
+    p.add_argument("--quick", action="store_true", help="the tiny rung and two models of each held-out set")
     p.add_argument("--json", metavar="PATH", help="write the figures here")
+    p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated subset of: {', '.join(SETS)}")
     p.add_argument("--cases", default="", help="workload:size,... instead of the default set")
     p.add_argument("--techniques", default="", help="comma-separated, instead of the default set")
+    p.add_argument("--measure", default="compile", help="what the doctor times on each model itself, as "
+                   "`lab doctor --verify` does (default compile; '' for none: the map / chain / prior)")
     p.add_argument("--merge", metavar="PATH", help="pool with the cases of this earlier doctor JSON")
     p.add_argument("--rescore", metavar="PATH", help="measure nothing: recompute this doctor JSON's figures "
                                                     "(written back to --json when given)")
+    p.add_argument("--recalibrate", action="store_true", help="with --rescore: widen each stored interval by the "
+                                                              "other cases' residuals first (leave one case out)")
     return p.parse_args()
 
 
 def main() -> None:
     args = parse()
     if args.rescore:
-        rescore(args.rescore, args.json)
+        rescore(args.rescore, args.json, recalibrate=args.recalibrate)
         return
+    sets = [x for x in args.sets.split(",") if x]
+    unknown = [x for x in sets if x not in SETS]
+    if unknown:
+        raise SystemExit(f"--sets {','.join(unknown)} is invalid: allowed: {', '.join(SETS)}")
     techs = [t for t in args.techniques.split(",") if t] or (QUICK_TECHS if args.quick else FULL_TECHS)
-    todo = [tuple(c.split(":", 2)) for c in args.cases.split(",") if c] or cases(args.quick)
+    todo, left_out = cases(args.quick, sets)
+    if args.cases:
+        todo = [parse_case(c) for c in args.cases.split(",") if c]
     done = json.loads(Path(args.merge).read_text())["cases"] if args.merge else []
+    cal = load_calibration(environment_stamp()["hardware_id"])
+    print(f"intervals calibrated on {cal.source} (each case left out of its own band)")
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "doctor.sqlite") as store:
         register_gallery()
         for workload, size, *rung in todo:
             c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
-                         max_steps=None if args.quick else MAX_STEPS)
+                         max_steps=None if args.quick else MAX_STEPS, calibration=cal,
+                         measure=tuple(m for m in args.measure.split(",") if m))
             done.append(c)
+            if args.json:  # every finished case kept, so a long run stopped early can still be rescored
+                Path(args.json + ".partial").write_text(json.dumps({"cases": done}, indent=2, default=str))
             where = f"{workload}/{size}" + (f"/{rung[0]}" if rung else "")
-            print(f"{where} ({c['params']:,} params): top {c['top']} hit={c['top1_hit']} median |error| "
-                  f"{c['median_abs_error'] if c['median_abs_error'] is None else round(100 * c['median_abs_error'])} % "
-                  f"({c['wall_s']:.0f} s)")
+            err = c["median_abs_error"]
+            print(f"{where} [{c['set']}] ({c['params']:,} params): top {c['top']} hit={c['top1_hit']} median "
+                  f"|error| {'n/a' if err is None else round(100 * err)} % ({c['wall_s']:.0f} s)")
             for r in c["rows"]:
                 m = "n/a" if r["measured"] is None else f"{r['measured']:.2f}"
-                print(f"    {r['technique']:<17} predicted {r['predicted']:.2f} measured {m}")
-    emit("doctor", args, figures_of(done), cases=done,
+                print(f"    {r['technique']:<17} predicted {r['predicted']:.2f} [{r['predicted_lo']:.2f}, "
+                      f"{r['predicted_hi']:.2f}] measured {m}")
+    figures, cards = figures_of(done, left_out)
+    print_cards(cards)
+    emit("doctor", args, figures, cases=done, scorecards=cards, sets_left_out=left_out, calibration=cal.source,
          note="shared 2-core machine, busy with other work while measured")
 
 
-def top_share(case: dict) -> float | None:
-    """The top pick's measured training speedup over the best measured one: what following the doctor's
-    first pick gets of the best technique it measured (1.0: the top pick was the best)."""
-    on = [r for r in case["rows"] if r["axis"] == "train_step" and r["measured"] is not None]
-    if not on:
-        return None
-    return on[0]["measured"] / max(r["measured"] for r in on)
+def set_cards(done: list[dict]) -> dict[str, dict]:
+    """One :func:`lab.doctor.scorecard` per set present (in :data:`SETS` order)."""
+    by: dict[str, list[dict]] = {}
+    for c in done:
+        by.setdefault(c.get("set") or case_set(c["workload"]), []).append(c)
+    return {s: scorecard(by[s]) for s in SETS if s in by}
 
 
-def figures_of(done: list[dict]) -> list[dict]:
-    """The benchmark's figures over its cases (also what ``--rescore`` recomputes from a stored JSON)."""
-    rows = [r for c in done for r in c["rows"]]
-    errs = [abs(r["error"]) for r in rows if r["error"] is not None]
-    hits = [c["top1_hit"] for c in done if c["top1_hit"] is not None]
-    mae = median(errs) if errs else float("nan")
-    hit_rate = sum(hits) / len(hits) if hits else float("nan")
-    inside = accuracy(rows)["inside_interval"]
-    shares = [s for c in done if (s := top_share(c)) is not None]
-    share = sum(shares) / len(shares) if shares else float("nan")
-    return [
-        figure("median |predicted / measured - 1|", 100 * mae, unit="%", goal="<= 25 %", met=bool(mae <= 0.25),
-               family="doctor", note=f"{len(errs)} (case, technique) pairs over {len(done)} cases"),
-        figure("top-1 hit rate (measured best or within noise)", 100 * hit_rate, unit="%", goal=">= 70 %",
-               met=bool(hit_rate >= 0.7), family="doctor", note=f"{sum(hits)} of {len(hits)} cases"),
-        figure("measured inside the predicted interval", 100 * (inside or 0.0), unit="%", family="doctor"),
-        figure("top pick's share of the best measured speedup (mean)", 100 * share, unit="%", family="doctor",
-               note=f"worst case {100 * min(shares):.0f} %" if shares else ""),
-    ]
+def figures_of(done: list[dict], left_out: dict[str, str] | None = None) -> tuple[list[dict], dict[str, dict]]:
+    """The benchmark's figures, per set (also what ``--rescore`` recomputes from a stored JSON)."""
+    cards = set_cards(done)
+    out = []
+    for s, card in cards.items():
+        held = s != "builtin"
+
+        def pct(key: str, c: dict = card) -> float:
+            v = c[key]
+            return float("nan") if v is None else 100 * v
+
+        def goal(name: str, c: dict = card, held: bool = held) -> tuple[str | None, bool | None]:
+            key, test = GOALS[name]
+            return (name, None if c[key] is None else bool(test(c[key]))) if held else (None, None)
+
+        tag = f"[{s}] "
+        out += [
+            figure(tag + "top-1 hit rate (measured best or within noise)", pct("top1"), unit="%",
+                   goal=goal("top-1 >= 75 %")[0], met=goal("top-1 >= 75 %")[1], family="doctor",
+                   note=f"{card['top1_hits']} of {card['top1_n']} cases; {SETS[s]}"),
+            figure(tag + "mean regret (1 - top pick / best measured)", pct("regret_mean"), unit="%",
+                   goal=goal("mean regret <= 5 %")[0], met=goal("mean regret <= 5 %")[1], family="doctor"),
+            figure(tag + "worst regret", pct("regret_worst"), unit="%", goal=goal("worst regret <= 20 %")[0],
+                   met=goal("worst regret <= 20 %")[1], family="doctor"),
+            figure(tag + "median |predicted / measured - 1|", pct("median_abs_error"), unit="%",
+                   goal=goal("median |speedup error| <= 15 %")[0], met=goal("median |speedup error| <= 15 %")[1],
+                   family="doctor", note=f"{card['pairs']} pairs over {card['cases']} cases; max "
+                                         f"{pct('max_abs_error'):.0f} %"),
+            figure(tag + "measured inside the predicted 90 % interval", pct("coverage"), unit="%",
+                   goal=goal("coverage >= 80 % (nominal 90 %)")[0], met=goal("coverage >= 80 % (nominal 90 %)")[1],
+                   family="doctor", note=f"zero-width intervals: {card['zero_width']}"),
+            figure(tag + "Spearman(predicted, measured), mean over cases",
+                   float("nan") if card["spearman_mean"] is None else card["spearman_mean"], unit="",
+                   family="doctor"),
+        ]
+    for s, why in (left_out or {}).items():
+        out.append(figure(f"[{s}] top-1 hit rate (measured best or within noise)", float("nan"), unit="%",
+                          family="doctor", note=why))
+    return out, cards
 
 
-def rescore(path: str, out: str | None) -> None:
+def print_cards(cards: dict[str, dict]) -> None:
+    for s, card in cards.items():
+        print(format_scorecard(card, f"{s}: {SETS[s]}"))
+
+
+def recalibrated_cases(data_cases: list[dict]) -> list[dict]:
+    """Each stored row's interval widened as :mod:`lab.doctor.calibration` would have widened it at prediction
+    time, from the residuals of the *other* cases of the same JSON (the model's own interval kept as
+    ``model_lo`` / ``model_hi``)."""
+    import math
+
+    cal = Calibration.from_cases(data_cases, "the other cases of this JSON")
+    out = []
+    for c in data_cases:
+        mine = cal.without(case_key(c))
+        rows = []
+        for r in c["rows"]:
+            lo, hi = r.get("model_lo") or r["predicted_lo"], r.get("model_hi") or r["predicted_hi"]
+            q, _ = mine.band(r["technique"], r["axis"])
+            w = max(q, mine.noise_floor())
+            s = r["predicted"]
+            rows.append({**r, "model_lo": lo, "model_hi": hi, "predicted_lo": min(lo, s * math.exp(-w)),
+                         "predicted_hi": max(hi, s * math.exp(w))})
+        out.append({**c, "rows": rows})
+    return out
+
+
+def rescore(path: str, out: str | None, *, recalibrate: bool = False) -> None:
     """Recompute the figures of a stored doctor JSON (its cases, env and time kept) and print them."""
     data = json.loads(Path(path).read_text())
-    data["figures"] = figures_of(data["cases"])
+    if recalibrate:
+        data["cases"] = recalibrated_cases(data["cases"])
+        data["calibration"] = "recalibrated on rescore: each case banded by the other cases of this JSON"
+    data["figures"], data["scorecards"] = figures_of(data["cases"], data.get("sets_left_out"))
     for f in data["figures"]:
-        print(f"{f['name']:<56} {f['value']:>7.1f} {f['unit']}  {f['note']}")
+        print(f"{f['name']:<64} {f['value']:>7.1f} {f['unit']}  {f['note']}")
+    print_cards(data["scorecards"])
     if out:
         Path(out).write_text(json.dumps(data, indent=2))
         print(f"wrote {out}")

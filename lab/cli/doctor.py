@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dg.add_argument("--verify", type=int, default=0, metavar="K",
                     help="measure the top K predictions and the baseline in an interleaved ablation")
     dg.add_argument("--repeats", type=int, default=3, help="repeats per arm when verifying")
+    dg.add_argument("--measure", default="", metavar="compile",
+                    help="time these on the model itself (seconds to a minute): compile; on by default with --verify")
     dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
     store_flags(dg, "results store for the verification runs")
     dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
@@ -27,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import json
 
-    from lab.doctor import diagnose, format_diagnosis, format_verification, verify
+    from lab.doctor import diagnose, format_diagnosis, format_scorecard, format_verification, scorecard, verify
     from lab.store import ResultStore
 
     if args.verify < 0:
@@ -38,7 +40,8 @@ def main(args: argparse.Namespace) -> int:
     if "threads" not in vars(args):  # a fixed thread count for A/B timings (docs/architecture.md 5.8)
         cfg = cfg.with_overrides(threads=1)
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
-    d = diagnose(cfg, techniques=techs)
+    measure = [m.strip() for m in args.measure.split(",") if m.strip()] or (["compile"] if args.verify else [])
+    d = diagnose(cfg, techniques=techs, measure=measure)
     out: dict[str, Any] = d.to_dict()
     if not args.json:
         print(format_diagnosis(d))
@@ -49,6 +52,7 @@ def main(args: argparse.Namespace) -> int:
         if not args.json:
             print("\nverification (interleaved ablation, " + f"{args.repeats} repeats per arm):")
             print(format_verification(rows))
+            print(format_scorecard(scorecard([{"rows": rows}]), "this verification"))
     if args.json:
         print(json.dumps(out, default=str))
     return 0

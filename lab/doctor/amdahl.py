@@ -32,10 +32,16 @@ class Prediction:
     hi: float
     reason: str
     sources: list[str] = field(default_factory=list)
+    #: the interval from the rates alone, before :mod:`lab.doctor.calibration` widened ``lo``/``hi`` to the
+    #: model's own error (``None``: not calibrated) and the sentence that says by how much
+    model_lo: float | None = None
+    model_hi: float | None = None
+    band: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"technique": self.technique, "axis": self.axis, "speedup": self.speedup, "lo": self.lo,
-                "hi": self.hi, "reason": self.reason, "sources": list(self.sources)}
+                "hi": self.hi, "reason": self.reason, "sources": list(self.sources), "model_lo": self.model_lo,
+                "model_hi": self.model_hi, "band": self.band}
 
 
 @dataclass
@@ -55,6 +61,8 @@ class Rates:
     batch_bytes: int = 0
     compile: CompileCost | None = None  # torch.compile's saving per fusable op and price per call, measured here
     steps: int = 0  # the steps the run trains (compile's time is amortised over them)
+    model_compile: Rate | None = None  # this model's forward + backward, eager vs compiled (when the user paid for it)
+    model_compile_s: float = 0.0  # what that compile took (its first call)
 
 
 def _sample(rate: Rate, n: int, rng: np.random.Generator) -> np.ndarray:

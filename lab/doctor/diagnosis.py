@@ -25,6 +25,7 @@ from lab.config import QuantConfig, RunConfig
 from lab.context import prepare, resolve, resolve_device
 from lab.doctor import model_rates
 from lab.doctor import rates as rates_
+from lab.doctor.calibration import Calibration, calibrated, load_calibration
 from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
@@ -35,6 +36,9 @@ from lab.precision import capability, model_gate
 from lab.recipes import TECHNIQUES, Technique
 from lab.result import RunResult
 from lab.train import check, run
+
+#: What ``diagnose(measure=...)`` can time on the model itself when the user accepts the cost.
+MEASURABLE = ("compile",)
 
 
 @dataclass
@@ -91,8 +95,9 @@ def gate(tech: Technique, cfg: RunConfig) -> str | None:
     return None
 
 
-def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
-    """The on-the-spot rates the allowed ``techniques`` need, at this model's shapes and the run's threads."""
+def calibrate(cfg: RunConfig, techniques: Sequence[Technique], measure: Sequence[str] = ()) -> Rates:
+    """The on-the-spot rates the allowed ``techniques`` need, at this model's shapes and the run's threads;
+    ``measure``: the whole-model measurements the user pays for (``"compile"``: this model compiled)."""
     wanted = {k: v for t in techniques for k, v in t.overrides.items()}
     out = Rates()
     with prepare(cfg) as ctx:
@@ -115,7 +120,13 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique]) -> Rates:
         if "quant.method" in wanted:
             rows = min(cfg.eval_batch_size, len(ctx.data.test[0]))
             out.dynamic_int8 = rates_.dynamic_int8_rate(shapes, rows)
-        if wanted.get("compute.compile"):
+        if wanted.get("compute.compile") and "compile" in measure:
+            try:
+                out.model_compile, out.model_compile_s = model_rates.model_compile_rate(
+                    model, inputs, batch[-1], ctx.workload.loss)
+            except Exception:  # noqa: BLE001 - the model does not compile here: the chain / map / prior say so
+                out.model_compile = None
+        if wanted.get("compute.compile") and out.model_compile is None:
             try:
                 out.compile = compile_cost(activation_shape(shapes.linear, len(batch[0])))
             except Exception:  # noqa: BLE001 - no compiler here: the prediction falls back to its prior and says so
@@ -165,9 +176,14 @@ def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Technique],
 
 
 def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossover_root: Path | None = None,
-             progress: Any = None) -> Diagnosis:
+             progress: Any = None, calibration: Calibration | None = None, measure: Sequence[str] = ()) -> Diagnosis:
     """Profile ``cfg`` once (``profile=True``), gather this machine's rates (the crossover map of its hardware
-    id when there is one, else micro-benchmarks) and predict every allowed technique, ranked."""
+    id when there is one, else micro-benchmarks) and predict every allowed technique, ranked, each interval
+    widened to the doctor's own error (``calibration``; default: :func:`load_calibration` of this machine).
+    ``measure=("compile",)``: time this model compiled too (seconds to a minute), which then wins over the map."""
+    bad = [m for m in measure if m not in MEASURABLE]
+    if bad:
+        raise ValueError(f"measure={bad} is invalid: allowed: {', '.join(MEASURABLE)}")
     names = list(TECHNIQUES) if techniques is None else list(techniques)
     unknown = [n for n in names if n not in TECHNIQUES]
     if unknown:
@@ -193,13 +209,16 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     cmap = rates_.find_crossover(result.hardware_id, crossover_root)
     mapped = cmap is not None and cmap.rate("compile", "train_step", result.macs_per_sample, cfg.workload)
     # the map's compile rate wins (as every map rate does), so the chain's two compiles are not paid for nothing
-    r = calibrate(cfg, [t for t in allowed if not (mapped and t.overrides.get("compute.compile"))])
+    # ... unless the user pays for the model's own compiled forward + backward, which wins over the map
+    r = calibrate(cfg, [t for t in allowed if "compile" in measure
+                        or not (mapped and t.overrides.get("compute.compile"))], measure)
     r.steps = result.steps
     if cmap is not None:
         r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload)
         source = f"crossover map {cmap.path} ({len(r.crossover)} technique rates) + on-the-spot micro-benchmarks"
     else:
-        source = f"no crossover map for {result.hardware_id}: micro-benchmarks on the spot"
+        source = (f"no crossover map for {result.hardware_id}: micro-benchmarks on the spot at this model's shapes "
+                  f"and the model's own forward + backward instead; {rates_.crossover_advice(crossover_root)}")
     calib_s = time.perf_counter() - t0
     preds: list[Prediction] = []
     precision = [t for t in allowed if t.overrides.get("precision.dtype") in ("bf16", "fp16")]
@@ -214,8 +233,9 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     ddp = data_parallel_advice(cfg, result, train)
     advice.append(ddp.reason if ddp is not None else "data-parallel not predicted: no all-reduce link calibrated "
                   f"for {result.hardware_id} (python benchmarks/distributed.py calibrates one)")
+    cal = calibration if calibration is not None else load_calibration(result.hardware_id)
     return Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
-                     predictions=rank(preds), skipped=skipped, advice=advice, calibration_s=calib_s,
+                     predictions=rank(calibrated(preds, cal)), skipped=skipped, advice=advice, calibration_s=calib_s,
                      data_parallel=ddp)
 
 
@@ -296,4 +316,5 @@ def format_diagnosis(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Diagnosis", "calibrate", "data_parallel_advice", "diagnose", "format_breakdown", "format_diagnosis", "gate"]
+__all__ = ["MEASURABLE", "Diagnosis", "calibrate", "data_parallel_advice", "diagnose", "format_breakdown",
+           "format_diagnosis", "gate"]

@@ -144,6 +144,21 @@ def find_crossover(hardware_id: str, root: Path | None = None) -> CrossoverMap |
     return load_crossover(path) if path.is_file() else None
 
 
+def crossover_advice(root: Path | None = None) -> str:
+    """How to build this machine's map, and how long ``lab crossover --quick`` took where it was run (the
+    committed quick maps' ``wall_s``), so a user without a map knows the price of one."""
+    took = []
+    for path in sorted((root or BENCH_DIR / "results").glob("*/crossover.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("quick") and data.get("wall_s"):
+            took.append(f"{float(data['wall_s']) / 60:.1f} min on {path.parent.name}")
+    return ("`python -m lab crossover --quick` builds this machine's map (" + ("; ".join(took) if took else
+            "about 2-3 min on a 2-core machine") + ", plus a machine card of about 30 s the first time)")
+
+
 def find_link(hardware_id: str, root: Path | None = None) -> Link | None:
     """The all-reduce link ``benchmarks/distributed.py`` calibrated on this hardware id (alpha, bandwidth of a
     2-rank gloo all-reduce), or ``None`` when it has not run here: data-parallel is then not predicted."""
@@ -339,6 +354,6 @@ def tiny_op_us() -> float:
     return 1e3 * sorted(times["add"])[len(times["add"]) // 2]
 
 
-__all__ = ["CROSSOVER_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes", "crossover_path", "dominant_layers",
-           "dynamic_int8_rate", "find_crossover", "find_link", "grad_scaler_rate", "load_crossover",
+__all__ = ["CROSSOVER_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes", "crossover_advice", "crossover_path",
+           "dominant_layers", "dynamic_int8_rate", "find_crossover", "find_link", "grad_scaler_rate", "load_crossover",
            "model_fwd_bwd_rate", "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]

@@ -39,10 +39,14 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def compare(predictions: Sequence[Prediction], table: Any) -> list[dict[str, Any]]:
+def compare(predictions: Sequence[Prediction], table: Any, *, base_step_ms: float | None = None,
+            step_ms: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Predicted vs measured, one row per prediction, from :func:`lab.ablation.summarize`'s table.
-    ``error`` = predicted / measured - 1 (0.1: the doctor promised 10 % more than it got)."""
+    ``error`` = predicted / measured - 1 (0.1: the doctor promised 10 % more than it got). With the profiled
+    baseline's ``base_step_ms`` and the verification's median step per arm (``step_ms``), a training-step row
+    also carries the predicted and the measured step time."""
     rows = []
+    step_ms = step_ms or {}
     by_arm = {r["arm"]: r for r in table.to_dict("records")}
     aa = by_arm.get(AA_ARM, {})
     for p in predictions:
@@ -53,7 +57,14 @@ def compare(predictions: Sequence[Prediction], table: Any) -> list[dict[str, Any
                      "predicted_hi": p.hi, "measured": m, "measured_lo": lo, "measured_hi": hi,
                      "error": (p.speedup / m - 1) if m else None, "status": got.get("status", "missing"),
                      "aa_measured": _num(aa.get(col)),  # the A/A arm on the same axis: this table's noise floor
-                     "inside": (lo is not None and hi is not None and p.lo <= hi and lo <= p.hi)})
+                     "inside": (lo is not None and hi is not None and p.lo <= hi and lo <= p.hi),
+                     "covered": None if m is None else bool(p.lo <= m <= p.hi),  # the point inside
+                     "model_lo": p.model_lo, "model_hi": p.model_hi,
+                     "predicted_step_ms": (base_step_ms / p.speedup if base_step_ms and p.axis == "train_step"
+                                           else None),
+                     "measured_step_ms": step_ms.get(p.technique) if p.axis == "train_step" else None,
+                     # the baseline's step as profiled (what the prediction divides) and as the ablation measured it
+                     "baseline_step_ms": base_step_ms, "measured_baseline_step_ms": step_ms.get("baseline")})
     return rows
 
 
@@ -82,7 +93,7 @@ def verify(d: Diagnosis, k: int, *, repeats: int = 3, store: ResultStore | None 
     base = dataclasses.replace(d.cfg, profile=False)
     ablation = from_techniques("doctor", base, [[p.technique] for p in chosen])
     table = run_ablation(ablation, repeats=repeats, store=store, progress=progress)
-    rows = compare(chosen, table)
+    rows = compare(chosen, table, base_step_ms=d.train.step_ms, step_ms=_arm_step_ms(ablation, repeats, store))
     if record:
         path = history_path(d.hardware_id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +102,19 @@ def verify(d: Diagnosis, k: int, *, repeats: int = 3, store: ResultStore | None 
                 f.write(json.dumps({"at": utc_now_iso(), "workload": d.cfg.workload, "size": d.cfg.size,
                                     "hardware_id": d.hardware_id, "rate_source": d.rate_source, **row}) + "\n")
     return rows
+
+
+def _arm_step_ms(ablation: Any, repeats: int, store: ResultStore | None) -> dict[str, float]:
+    """The median measured step (ms) of each arm's stored runs (empty without a store)."""
+    if store is None:
+        return {}
+    out = {}
+    for arm in ablation.arms:
+        ms = [x for rep in range(repeats) for r in store.list_results(label=ablation.label(arm, rep), status="ok")
+              for x in r.measured_ms()]
+        if ms:
+            out[arm] = median(ms)
+    return out
 
 
 def load_history(hardware_id: str, path: Path | None = None) -> list[dict[str, Any]]:

@@ -1,0 +1,150 @@
+"""How right the doctor was, in figures a user can act on: per technique and per set of cases.
+
+Over verified rows (:func:`lab.doctor.compare`), grouped into cases (one model each):
+
+- per technique, the median and max ``|predicted / measured - 1|`` of the **speedup**, and of the **step
+  time** (``predicted_step_ms``: the profiled baseline's step over the predicted speedup, against the step
+  the verification measured; rows without both fall back to ``|measured / predicted - 1|``, the step-time
+  error on the same baseline);
+- **coverage**: the share of measured speedups inside the predicted interval (the point, not an overlap),
+  and how many intervals are under 1 % wide (:func:`zero_width`);
+- for the prescription (the training-step rows of a case, best predicted first): **top-1** (the first pick
+  is the measured best or within its noise, :func:`lab.doctor.top1_hit`), **regret** ``1 - measured(top) /
+  max measured`` (mean and worst over cases: what a user who tries only the first pick leaves), and the
+  **Spearman** rank correlation between predicted and measured speedups (mean over cases with >= 3 rows).
+
+Pure functions over plain dicts (tests feed synthetic predicted / measured pairs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from lab.doctor.verification import top1_hit
+from lab.measure import median
+
+Row = Mapping[str, Any]
+
+
+def _ranks(xs: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties sharing their average rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (Pearson's over average ranks); ``None`` below 3 pairs or a constant side."""
+    if len(x) != len(y):
+        raise ValueError(f"spearman: {len(x)} x values against {len(y)} y values")
+    if len(x) < 3:
+        return None
+    rx, ry = _ranks(x), _ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else None
+
+
+def _measured(rows: Iterable[Row], axis: str = "train_step") -> list[Row]:
+    return [r for r in rows if r.get("axis") == axis and r.get("measured") is not None]
+
+
+def regret(rows: Sequence[Row], axis: str = "train_step") -> float | None:
+    """``1 - measured(first row) / best measured`` on ``axis`` (rows best predicted first); 0: the top pick was
+    the best. ``None`` when nothing was measured."""
+    on = _measured(rows, axis)
+    return 1.0 - on[0]["measured"] / max(r["measured"] for r in on) if on else None
+
+
+def case_spearman(rows: Sequence[Row], axis: str = "train_step") -> float | None:
+    on = _measured(rows, axis)
+    return spearman([r["predicted"] for r in on], [r["measured"] for r in on])
+
+
+def covered(r: Row) -> bool | None:
+    """Is the measured speedup inside the predicted interval? ``None`` when not measured."""
+    m = r.get("measured")
+    return None if m is None else bool(r["predicted_lo"] <= m <= r["predicted_hi"])
+
+
+def zero_width(r: Row) -> bool:
+    """An interval under 1 % wide (``1.11x [1.11, 1.11]`` as printed): no honest interval is that narrow."""
+    return bool(r["predicted_hi"] <= r["predicted_lo"] * 1.01)
+
+
+def step_error(r: Row) -> float | None:
+    """``predicted step / measured step - 1`` (train-step rows): in ms when both were recorded, else from the
+    speedups on the same baseline."""
+    if r.get("axis") != "train_step" or r.get("measured") is None:
+        return None
+    p, m = r.get("predicted_step_ms"), r.get("measured_step_ms")
+    return p / m - 1 if p and m else r["measured"] / r["predicted"] - 1
+
+
+def _spread(xs: Sequence[float]) -> dict[str, float | None]:
+    a = [abs(x) for x in xs]
+    return {"median": median(a) if a else None, "max": max(a) if a else None}
+
+
+def scorecard(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The figures over ``cases`` (each ``{"rows": [...]}``, rows in the diagnosis' ranked order)."""
+    rows = [r for c in cases for r in c["rows"]]
+    errs = [r["error"] for r in rows if r.get("error") is not None]
+    cov = [x for r in rows if (x := covered(r)) is not None]
+    hits = [h for c in cases if (h := top1_hit(c["rows"])) is not None]
+    regrets = [g for c in cases if (g := regret(c["rows"])) is not None]
+    rhos = [s for c in cases if (s := case_spearman(c["rows"])) is not None]
+    zero = sum(1 for r in rows if zero_width(r))
+    per: dict[str, dict[str, Any]] = {}
+    for t in dict.fromkeys(r["technique"] for r in rows):
+        mine = [r for r in rows if r["technique"] == t]
+        e = [r["error"] for r in mine if r.get("error") is not None]
+        se = [x for r in mine if (x := step_error(r)) is not None]
+        c = [x for r in mine if (x := covered(r)) is not None]
+        per[t] = {"n": len(e), "speedup_error": _spread(e), "step_error": _spread(se),
+                  "coverage": sum(c) / len(c) if c else None}
+    return {"cases": len(cases), "pairs": len(errs), "median_abs_error": _spread(errs)["median"],
+            "max_abs_error": _spread(errs)["max"], "coverage": sum(cov) / len(cov) if cov else None,
+            "zero_width": zero, "top1_hits": sum(hits), "top1_n": len(hits),
+            "top1": sum(hits) / len(hits) if hits else None,
+            "regret_mean": sum(regrets) / len(regrets) if regrets else None,
+            "regret_worst": max(regrets) if regrets else None,
+            "spearman_mean": sum(rhos) / len(rhos) if rhos else None, "per_technique": per}
+
+
+def _p(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f} %"
+
+
+def format_scorecard(card: Mapping[str, Any], title: str = "") -> str:
+    """A few lines: the set's headline figures, then one line per technique."""
+    rho = card["spearman_mean"]
+    head = (f"{title + ': ' if title else ''}{card['cases']} case(s), {card['pairs']} pairs; median |speedup error| "
+            f"{_p(card['median_abs_error'])} (max {_p(card['max_abs_error'])}); measured inside the interval "
+            f"{_p(card['coverage'])}; zero-width intervals {card['zero_width']}")
+    lines = [head]
+    if card["top1_n"]:
+        lines.append(f"  top-1 {card['top1_hits']} of {card['top1_n']} ({_p(card['top1'])}); regret mean "
+                     f"{_p(card['regret_mean'])}, worst {_p(card['regret_worst'])}; Spearman "
+                     + ("n/a" if rho is None else f"{rho:+.2f}"))
+    lines.append(f"  {'technique':<17} {'n':>3} {'speedup |err| med / max':>24} {'step |err| med / max':>21} "
+                 f"{'coverage':>9}")
+    for t, v in card["per_technique"].items():
+        se, st = v["speedup_error"], v["step_error"]
+        lines.append(f"  {t:<17} {v['n']:>3} {_p(se['median']):>11} / {_p(se['max']):<10} "
+                     f"{_p(st['median']):>9} / {_p(st['max']):<9} {_p(v['coverage']):>9}")
+    return "\n".join(lines)
+
+
+__all__ = ["case_spearman", "covered", "format_scorecard", "regret", "scorecard", "spearman", "step_error",
+           "zero_width"]

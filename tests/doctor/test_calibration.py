@@ -1,0 +1,97 @@
+"""lab.doctor.calibration: split-conformal bands over held-out residuals, the A/A floor, no zero-width interval,
+and the reason says where the band came from. Synthetic residuals only (no timing)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from lab.doctor import Calibration, Prediction, case_key, conformal_quantile, load_calibration, rates
+
+
+def _case(name: str, rows: list[tuple[str, float, float]], aa: float = 1.0) -> dict:
+    return {"workload": name, "size": "tiny", "model_scale": None,
+            "rows": [{"technique": t, "axis": "train_step", "predicted": p, "measured": m, "aa_measured": aa,
+                      "predicted_lo": p, "predicted_hi": p} for t, p, m in rows]}
+
+
+def test_conformal_quantile_is_the_right_order_statistic_and_infinite_when_too_few():
+    xs = [0.1 * i for i in range(1, 20)]  # 19 values: rank ceil(20 * 0.9) = 18
+    assert conformal_quantile(xs, 0.9) == pytest.approx(1.8)
+    assert conformal_quantile(xs[:5], 0.9) == math.inf  # rank 6 of 5: cannot promise 90 %
+    with pytest.raises(ValueError, match="coverage"):
+        conformal_quantile(xs, 1.0)
+
+
+def test_a_zero_width_prediction_gets_its_techniques_band_and_keeps_its_model_interval():
+    cases = [_case(f"m{i}", [("fused_optim", 1.0, 1.0 + 0.02 * i)]) for i in range(12)]
+    cal = Calibration.from_cases(cases, "synthetic")
+    p = Prediction("fused_optim", "train_step", 1.11, 1.11, 1.11, "optimizer 10 % of the step")
+    out = cal.apply(p)
+    q = conformal_quantile([math.log(1 + 0.02 * i) for i in range(12)], 0.9)
+    assert out.lo == pytest.approx(1.11 * math.exp(-q)) and out.hi == pytest.approx(1.11 * math.exp(q))
+    assert (out.model_lo, out.model_hi) == (1.11, 1.11) and out.speedup == 1.11
+    assert "fused_optim's residuals over 12 verified cases (synthetic)" in out.reason
+
+
+def test_a_wide_model_interval_is_never_narrowed():
+    cal = Calibration.from_cases([_case(f"m{i}", [("bf16", 1.0, 1.01)]) for i in range(12)])
+    p = Prediction("bf16", "train_step", 1.0, 0.5, 2.0, "wide")
+    out = cal.apply(p)
+    assert (out.lo, out.hi) == (0.5, 2.0)
+
+
+def test_the_interval_is_never_narrower_than_the_aa_noise():
+    cases = [_case(f"m{i}", [("fused_optim", 1.0, 1.0)], aa=1.2) for i in range(12)]  # perfect model, noisy A/A
+    out = Calibration.from_cases(cases).apply(Prediction("fused_optim", "train_step", 1.5, 1.5, 1.5, "r"))
+    assert out.hi / out.speedup == pytest.approx(1.2) and out.speedup / out.lo == pytest.approx(1.2)
+    assert "A/A noise" in out.reason
+
+
+def test_too_few_residuals_pool_every_technique_and_none_is_the_prior():
+    cases = [_case(f"m{i}", [("bf16", 1.0, 1.3), ("compile", 1.0, 1.0)]) for i in range(6)] + \
+            [_case("m9", [("compile", 1.0, 1.0)])]
+    q, how = Calibration.from_cases(cases).band("compile")  # 7 compile residuals: too few alone
+    assert "pooled" in how and q == pytest.approx(math.log(1.3))
+    q, how = Calibration().band("compile")
+    assert how.startswith("prior") and q > 0
+
+
+def test_leaving_a_case_out_removes_its_residuals_and_its_aa():
+    cases = [_case(f"m{i}", [("bf16", 1.0, 1.05)]) for i in range(10)] + [_case("outlier", [("bf16", 1.0, 3.0)], 1.5)]
+    cal = Calibration.from_cases(cases)
+    assert cal.band("bf16")[0] == pytest.approx(math.log(3.0))
+    held = cal.without(case_key(cases[-1]))
+    assert held.band("bf16")[0] == pytest.approx(math.log(1.05)) and held.noise_floor() == 0.0
+
+
+def test_held_out_coverage_reaches_the_nominal_level_on_exchangeable_residuals():
+    """Leave-one-case-out bands over log-normal model errors hold the truth in >= 85 % of 200 cases."""
+    rnd = random.Random(0)
+    cases = [_case(f"m{i}", [("bf16", 1.0, math.exp(rnd.gauss(0, 0.2)))]) for i in range(200)]
+    cal = Calibration.from_cases(cases)
+    inside = 0
+    for c in cases:
+        out = cal.without(case_key(c)).apply(Prediction("bf16", "train_step", 1.0, 1.0, 1.0, ""))
+        inside += out.lo <= c["rows"][0]["measured"] <= out.hi
+    assert inside / len(cases) >= 0.85
+
+
+def test_load_calibration_says_when_it_borrows_another_machines_run(tmp_path):
+    (tmp_path / "other-2c").mkdir()
+    (tmp_path / "other-2c" / "doctor.json").write_text(json.dumps({"cases": [_case("m", [("bf16", 1.0, 1.1)])]}))
+    cal = load_calibration("mine-4c", tmp_path)
+    assert "another machine's" in cal.source and "other-2c" in cal.source and len(cal.residuals) == 1
+    assert load_calibration("other-2c", tmp_path).source == "other-2c/doctor.json"
+    assert load_calibration("x", tmp_path / "empty").residuals == []
+
+
+def test_without_a_map_the_doctor_names_the_price_of_building_one(tmp_path):
+    (tmp_path / "box-2c").mkdir()
+    (tmp_path / "box-2c" / "crossover.json").write_text(json.dumps({"quick": True, "wall_s": 150.0}))
+    text = rates.crossover_advice(tmp_path)
+    assert "lab crossover --quick" in text and "2.5 min on box-2c" in text
+    assert "about 2-3 min" in rates.crossover_advice(tmp_path / "none")
