@@ -65,8 +65,9 @@ def largest_batch(cfg: RunConfig, budget_mb: float, *, tolerance: float = 0.05, 
         if b not in tried:
             if len(tried) >= MAX_TRIES:
                 raise RuntimeError(f"memory search took more than {MAX_TRIES} tries")
-            c = cfg.with_overrides(batch_size=b, max_steps=TRY_STEPS, warmup_steps=TRY_WARMUP, latency_repeats=0,
-                                   eval_every=None, target_metric=None, profile=False)
+            # epochs=TRY_STEPS: even a batch of the whole split takes TRY_STEPS steps
+            c = cfg.with_overrides(batch_size=b, epochs=TRY_STEPS, max_steps=TRY_STEPS, warmup_steps=TRY_WARMUP,
+                                   latency_repeats=0, eval_every=None, target_metric=None, profile=False)
             tried[b] = try_fn(c)
             n_train[:] = [int(tried[b].get("n_train") or 1 << 20)]
         return tried[b]
@@ -74,7 +75,11 @@ def largest_batch(cfg: RunConfig, budget_mb: float, *, tolerance: float = 0.05, 
     def fits(b: int) -> bool:
         return measure(b)["peak_mb"] <= budget_mb
 
-    b = max(1, start or cfg.batch_size or 64)
+    if start is None and cfg.batch_size is None:  # the workload's own batch for the size
+        from lab.context import resolve
+
+        start = resolve(cfg).batch_size
+    b = max(1, start or cfg.batch_size)
     bound = None
     if fits(b):
         lo, hi = b, None

@@ -9,12 +9,13 @@ A user's question is "how long is *my* run": E epochs over N rows. From a measur
   so the mean is its estimator (a median would drop the tail a long run pays); the interval is a bootstrap of
   that mean;
 - the warm-up's excess over the steady step (compile is paid there, once);
-- the evaluations: one every ``eval_every`` steps, each as long as the run's (scaled by ``test_rows / n_test``);
+- the evaluations: one every ``eval_every`` steps, each as long as the run's mean (scaled by ``test_rows / n_test``);
 - the one-off costs outside the loop (:mod:`lab.result.timeline`): fine-tunes scale with the rows, checkpoint
   writes with the steps, the rest (probe, export, calibration, int8 compile, spawn) are paid once.
 
 Per arm the estimate is the median of its runs' projections, with a bootstrap interval over runs (3 or more),
-else the step-mean interval of its one run; said the seeds' way by :func:`format_projection`.
+else the step-mean interval of its one run; said the seeds' way by :func:`format_projection`. A run projected to its
+own epochs and rows gives back its own end-to-end time (:func:`lab.result.timeline.end_to_end_s`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def project_run(r: RunResult, *, epochs: int, rows: int | None = None, test_rows
     warmup_excess_s = max(0.0, sum(warm) / 1e3 - len(warm) * mean_s)
     every = details.get("eval_every") if eval_every == -1 else eval_every
     curve = details.get("eval_curve") or []
-    per_eval_s = median([p["eval_s"] for p in curve]) if curve else 0.0
+    per_eval_s = float(np.mean([p["eval_s"] for p in curve])) if curve else 0.0  # a sum again: the mean
     per_eval_s *= (test_rows / n_test) if test_rows and n_test else 1.0
     n_evals = math.ceil(steps / every) if every and curve else 0
     one_off = details.get("one_off_s") or one_off_costs(details)

@@ -42,6 +42,11 @@ def test_projection_arithmetic_on_a_stored_record(tmp_path):
     assert p["total_s"] == pytest.approx(2.0 + 0.06 + 0.4 + 1.1)
     assert p["lo_s"] == pytest.approx(p["total_s"]) == pytest.approx(p["hi_s"])  # identical steps: no spread
     assert project_run(stored, epochs=5, rows=2000, eval_every=None)["evaluations"] == 0
+    # projected to its own length, a run gives back its own end-to-end time (the sums are exact)
+    from lab.result.timeline import end_to_end_s
+
+    same = project_run(stored, epochs=1)
+    assert same["total_s"] == pytest.approx(end_to_end_s(stored.train_time_s, stored.details))
     with pytest.raises(ValueError, match="epochs=0"):
         project_run(stored, epochs=0)
 
