@@ -238,6 +238,12 @@ def figures_of(done: list[dict], left_out: dict[str, str] | None = None) -> tupl
             figure(tag + "measured inside the predicted 90 % interval", pct("coverage"), unit="%",
                    goal=goal("coverage >= 80 % (nominal 90 %)")[0], met=goal("coverage >= 80 % (nominal 90 %)")[1],
                    family="doctor", note=f"zero-width intervals: {card['zero_width']}"),
+            figure(tag + "... inside it once floored at the check's own A/A deviation", pct("coverage_at_aa"),
+                   unit="%", family="doctor"),
+            figure(tag + "A/A arm |A/A - 1|, worst case (the noise floor)",
+                   float("nan") if card["aa_noise"]["max"] is None else 100 * card["aa_noise"]["max"], unit="%",
+                   family="doctor", note="median " + ("n/a" if card["aa_noise"]["median"] is None
+                                                      else f"{100 * card['aa_noise']['median']:.0f} %")),
             figure(tag + "Spearman(predicted, measured), mean over cases",
                    float("nan") if card["spearman_mean"] is None else card["spearman_mean"], unit="",
                    family="doctor"),

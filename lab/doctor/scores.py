@@ -7,17 +7,20 @@ Over verified rows (:func:`lab.doctor.compare`), grouped into cases (one model e
   the verification measured; rows without both fall back to ``|measured / predicted - 1|``, the step-time
   error on the same baseline);
 - **coverage**: the share of measured speedups inside the predicted interval (the point, not an overlap),
-  and how many intervals are under 1 % wide (:func:`zero_width`);
+  also once each interval is floored at its own verification's A/A deviation (:func:`covered_at_aa`), and how
+  many intervals are under 1 % wide (:func:`zero_width`);
 - for the prescription (the training-step rows of a case, best predicted first): **top-1** (the first pick
   is the measured best or within its noise, :func:`lab.doctor.top1_hit`), **regret** ``1 - measured(top) /
   max measured`` (mean and worst over cases: what a user who tries only the first pick leaves), and the
-  **Spearman** rank correlation between predicted and measured speedups (mean over cases with >= 3 rows).
+  **Spearman** rank correlation between predicted and measured speedups (mean over cases with >= 3 rows);
+- the **A/A noise**: ``|A/A - 1|`` of each case's verification (median, worst), the floor under every figure.
 
 Pure functions over plain dicts (tests feed synthetic predicted / measured pairs).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -77,6 +80,19 @@ def covered(r: Row) -> bool | None:
     return None if m is None else bool(r["predicted_lo"] <= m <= r["predicted_hi"])
 
 
+def covered_at_aa(r: Row) -> bool | None:
+    """Is the measured speedup inside the predicted interval once that interval is at least as wide as the A/A
+    deviation of the very verification that measured it (``x/ A/A``)? A measurement cannot check a prediction
+    closer than it reproduces itself. ``None`` when not measured."""
+    m = r.get("measured")
+    if m is None:
+        return None
+    aa = r.get("aa_measured")
+    w = abs(math.log(aa)) if aa and aa > 0 else 0.0
+    s = r["predicted"]
+    return bool(min(r["predicted_lo"], s * math.exp(-w)) <= m <= max(r["predicted_hi"], s * math.exp(w)))
+
+
 def zero_width(r: Row) -> bool:
     """An interval under 1 % wide (``1.11x [1.11, 1.11]`` as printed): no honest interval is that narrow."""
     return bool(r["predicted_hi"] <= r["predicted_lo"] * 1.01)
@@ -101,10 +117,13 @@ def scorecard(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows = [r for c in cases for r in c["rows"]]
     errs = [r["error"] for r in rows if r.get("error") is not None]
     cov = [x for r in rows if (x := covered(r)) is not None]
+    cov_aa = [x for r in rows if (x := covered_at_aa(r)) is not None]
     hits = [h for c in cases if (h := top1_hit(c["rows"])) is not None]
     regrets = [g for c in cases if (g := regret(c["rows"])) is not None]
     rhos = [s for c in cases if (s := case_spearman(c["rows"])) is not None]
     zero = sum(1 for r in rows if zero_width(r))
+    aa = [abs(a - 1) for c in cases if (a := next((r.get("aa_measured") for r in c["rows"]
+                                                   if r.get("aa_measured")), None))]
     per: dict[str, dict[str, Any]] = {}
     for t in dict.fromkeys(r["technique"] for r in rows):
         mine = [r for r in rows if r["technique"] == t]
@@ -115,11 +134,12 @@ def scorecard(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                   "coverage": sum(c) / len(c) if c else None}
     return {"cases": len(cases), "pairs": len(errs), "median_abs_error": _spread(errs)["median"],
             "max_abs_error": _spread(errs)["max"], "coverage": sum(cov) / len(cov) if cov else None,
+            "coverage_at_aa": sum(cov_aa) / len(cov_aa) if cov_aa else None,
             "zero_width": zero, "top1_hits": sum(hits), "top1_n": len(hits),
             "top1": sum(hits) / len(hits) if hits else None,
             "regret_mean": sum(regrets) / len(regrets) if regrets else None,
             "regret_worst": max(regrets) if regrets else None,
-            "spearman_mean": sum(rhos) / len(rhos) if rhos else None, "per_technique": per}
+            "spearman_mean": sum(rhos) / len(rhos) if rhos else None, "aa_noise": _spread(aa), "per_technique": per}
 
 
 def _p(x: float | None) -> str:
@@ -131,8 +151,12 @@ def format_scorecard(card: Mapping[str, Any], title: str = "") -> str:
     rho = card["spearman_mean"]
     head = (f"{title + ': ' if title else ''}{card['cases']} case(s), {card['pairs']} pairs; median |speedup error| "
             f"{_p(card['median_abs_error'])} (max {_p(card['max_abs_error'])}); measured inside the interval "
-            f"{_p(card['coverage'])}; zero-width intervals {card['zero_width']}")
+            f"{_p(card['coverage'])} ({_p(card['coverage_at_aa'])} at the check's own A/A noise); zero-width "
+            f"intervals {card['zero_width']}")
     lines = [head]
+    if card["aa_noise"]["max"] is not None:
+        lines.append(f"  A/A arm (the baseline against itself): |A/A - 1| median {_p(card['aa_noise']['median'])}, "
+                     f"worst {_p(card['aa_noise']['max'])}: no figure here is finer than that")
     if card["top1_n"]:
         lines.append(f"  top-1 {card['top1_hits']} of {card['top1_n']} ({_p(card['top1'])}); regret mean "
                      f"{_p(card['regret_mean'])}, worst {_p(card['regret_worst'])}; Spearman "
@@ -146,5 +170,5 @@ def format_scorecard(card: Mapping[str, Any], title: str = "") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["case_spearman", "covered", "format_scorecard", "regret", "scorecard", "spearman", "step_error",
-           "zero_width"]
+__all__ = ["case_spearman", "covered", "covered_at_aa", "format_scorecard", "regret", "scorecard", "spearman",
+           "step_error", "zero_width"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.doctor import format_scorecard, regret, scorecard, spearman, step_error
+from lab.doctor import covered_at_aa, format_scorecard, regret, scorecard, spearman, step_error
 
 
 def _row(t: str, p: float, m: float | None, lo: float | None = None, hi: float | None = None, axis: str = "train_step",
@@ -49,5 +49,13 @@ def test_scorecard_counts_coverage_zero_width_top1_and_per_technique_errors():
     a = card["per_technique"]["a"]
     assert a["n"] == 2 and a["speedup_error"]["max"] == pytest.approx(1.0) and a["speedup_error"]["median"] == 0.5
     assert a["step_error"]["max"] == pytest.approx(0.5)
+    assert card["aa_noise"]["max"] is None  # no A/A arm in these rows
+    case2["rows"][0]["aa_measured"] = 1.3
+    card = scorecard([case1, case2])
+    assert card["aa_noise"]["max"] == pytest.approx(0.3)
     text = format_scorecard(card, "synthetic")
+    assert "worst 30 %: no figure here is finer" in text
+    # case1's b (1.5 [1.5, 1.5], measured 1.9) is missed either way; with an A/A of 1.3 it is inside
+    assert covered_at_aa({**case1["rows"][1], "aa_measured": 1.3}) and not covered_at_aa(case1["rows"][1])
+    assert card["coverage_at_aa"] == pytest.approx(3 / 5)
     assert "top-1 1 of 2" in text and "zero-width intervals 1" in text and "\n  a " in text
