@@ -69,7 +69,7 @@ def verdict(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedu
     interval that excludes 1 (the noise floor is not at 1) withholds the winner (``"unstable": True``)."""
     runs = df.loc[df["status"] != "error", "n_ok"]
     n = int(runs.min()) if len(runs) else 0
-    axis = SPEED_AXIS.get(speed, speed)
+    axis = "time to target" if speed == "ttt_speedup" else SPEED_AXIS.get(speed, speed)
     if n < MIN_RUNS:
         return {"winner": None, "text": f"n = {n}: no interval, no verdict (run >= {MIN_RUNS} repeats x seeds "
                                         "per arm; this table is a preview)"}

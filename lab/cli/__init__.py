@@ -23,7 +23,7 @@ from lab.distributed.launch import RankFailure
 #: The subcommands, in ``--help`` order.
 SUBCOMMANDS = (run, runs, export, ablate, project, bench, doctor, crossover, machine)
 #: Subcommands that load ``LAB_WORKLOADS`` first, so a broken entry is one line even for a built-in run.
-LOADS_WORKLOADS = ("run", "ablate", "doctor")
+LOADS_WORKLOADS = ("run", "ablate", "doctor", "project")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -27,7 +27,8 @@ NOISE_KEY = {True: ("within seed noise", "#009E73"), False: ("outside seed noise
 def _speed_label(speed: str) -> str:
     return {"train_speedup": "training speedup, end-to-end (x vs baseline)",
             "step_speedup": "training step speedup (x vs baseline)",
-            "infer_speedup": "inference speedup (x vs baseline)"}.get(speed, speed)
+            "infer_speedup": "inference speedup (x vs baseline)",
+            "ttt_speedup": "time-to-target speedup (x vs baseline)"}.get(speed, speed)
 
 
 def _noise_key(value: object) -> bool | None:
