@@ -11,7 +11,7 @@ squeeze-excitation gate, ``nn.GRU``, weight tying and a module applied twice).
 - ``gallery_tied``: a bag-of-tokens model whose output head is tied to its embedding table and whose
   residual block is one module applied twice: predict the most frequent token.
 
-Every ``tiny`` run takes well under 2 s on a 2-core CPU. Used by ``tests/test_gallery.py``.
+Every ``tiny`` run takes well under 2 s on a 2-core CPU. Used by ``tests/e2e/test_gallery.py``.
 """
 
 from __future__ import annotations

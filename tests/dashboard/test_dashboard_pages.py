@@ -20,7 +20,7 @@ from lab import ResultStore, RunConfig  # noqa: E402
 from lab.ablation import jobs, worker  # noqa: E402
 from lab.config import DataConfig  # noqa: E402
 
-DASH = Path(__file__).resolve().parents[1] / "dashboard"
+DASH = Path(__file__).resolve().parents[2] / "dashboard"
 APP = str(DASH / "app.py")
 BUILT_IN = ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report"]
 

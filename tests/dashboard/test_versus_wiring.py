@@ -19,7 +19,7 @@ from lab.plots import technique_figures  # noqa: E402
 from lab.plots.versus import agrees, versus_figure, versus_table  # noqa: E402
 from lab.result import RunResult, new_run_id  # noqa: E402
 
-APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 ROWS = [  # predicted inside, outside, and without an interval (n < 3: NaN bounds)
     {"arm": "bf16", "technique": "bf16", "axis": "train_step", "predicted": 1.2, "measured": 1.25,
      "measured_lo": 1.1, "measured_hi": 1.4, "agrees": True},

@@ -23,7 +23,7 @@ from torch import nn
 
 import lab.measure
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 FAMILIES = {"precision", "data", "pruning", "quantization", "distributed"}
 FAMILY_FILES = {"precision": "precision", "data": "data_loading", "pruning": "pruning",

@@ -27,7 +27,7 @@ from lab.ablation import (  # noqa: E402
 )
 from lab.measure.stats import bootstrap_ratio_ci  # noqa: E402
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _two_arm(toy_workload, name: str = "t") -> Ablation:

@@ -16,7 +16,7 @@ import lab
 from lab.config import DataConfig, RunConfig
 from lab.data.checkpoint import LATEST, Checkpointer, checkpoints_root, load_checkpoint, resolve_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The child trains through lab.run, logs every batch the sampler hands out, and SIGKILLs itself mid-epoch.
 CHILD = r"""

@@ -24,7 +24,7 @@ def _page() -> None:
 
 
 def test_page_renders_and_the_rule_follows_the_inputs(monkeypatch):
-    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])
     at = AppTest.from_function(_page, default_timeout=60).run()
     assert not at.exception
     assert at.header[0].value == "Workers vs threads"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JUPYTER_LAB = Path(sys.executable).with_name("jupyter-lab")
 
 pytestmark = pytest.mark.slow

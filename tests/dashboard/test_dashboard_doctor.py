@@ -32,7 +32,7 @@ def _chart_ids(at: AppTest) -> str:
 
 
 def test_doctor_page_profiles_predicts_and_verifies(private_store, monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     at = AppTest.from_function(_page, default_timeout=120).run()
     assert not at.exception
     assert any("Profile and predict" in i.value for i in at.info)

@@ -19,7 +19,7 @@ import pytest
 from lab.result import RunResult
 from lab.store import ResultStore, config_hash, default_store_path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_result(i: int = 0, *, workload: str = "ctr", warmup: int = 2, **overrides) -> RunResult:

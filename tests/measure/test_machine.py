@@ -21,7 +21,7 @@ from lab.measure import environment_stamp, machine
 from lab.measure.cpu import emulation_env, hardware_flags, mask_flags
 from lab.measure.machine import GEMM_DTYPES, MachineCard
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CARD_KEYS = {"hardware_id", "cpu_model", "logical_cores", "usable_cores", "caches", "capabilities", "torch_version",
              "threads", "measured_at", "quick", "duration_s", "int8_kernel", "peaks", "sizes", "notes"}
 

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from lab import ResultStore  # noqa: E402
 
-APP = str(Path(__file__).resolve().parents[1] / "dashboard" / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 AA = "A/A (baseline again: noise floor)"
 
 
