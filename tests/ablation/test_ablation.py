@@ -51,7 +51,7 @@ def test_two_arm_ablation_has_documented_columns_and_exact_baseline(toy_workload
     assert arm["train_speedup"] > 0 and math.isnan(arm["train_speedup_lo"])  # 2 runs: no interval, not a 0-width one
     assert arm["metric_name"] == "accuracy" and arm["hardware_id"]
     order = [e["arm"] for e in events if e["phase"] == "ablation"]
-    assert order == ["baseline", "bf16", "baseline", "bf16"]  # interleaved, not blocked
+    assert order == ["baseline", "bf16", "bf16", "baseline"]  # interleaved, each round starting one arm later
 
 
 def test_failing_arm_is_an_error_row_and_the_others_finish(toy_workload):
@@ -93,7 +93,7 @@ def test_resume_after_sigkill_reruns_only_missing_runs(toy_workload, private_sto
             return run(cfg, **kw)
 
         df = run_ablation(_two_arm(toy_workload), repeats=3, store=store, run_fn=counting)
-        assert calls == ["bf16", "fp32", "bf16"]  # only the 3 missing (arm, repeat) runs
+        assert calls == ["fp32", "fp32", "bf16"]  # only the 3 missing (arm, repeat) runs, in rotated order
         assert store.count(status="ok") == 6
     assert list(df["n_ok"]) == [3, 3]
 
@@ -234,3 +234,18 @@ def test_stored_ablations_are_grouped_by_workload_size_and_threads(toy_workload,
         assert key.startswith("grp@toy/tiny/t1#") and key == ab.key
         runs = load_stored(store, ab.key)
     assert {a: len(r) for a, r in runs.items()} == {"baseline": 1, "bf16": 1}
+
+
+@pytest.mark.parametrize("repeats,seeds", [(3, [0]), (2, [0, 1]), (5, [0])])
+def test_every_round_runs_every_arm_once_and_no_arm_always_runs_first(repeats, seeds):
+    base = RunConfig(workload="ctr", size="tiny")
+    ab = Ablation(name="order", baseline=base, arms={"bf16": base.with_overrides(**{"precision.dtype": "bf16"}),
+                                                     "fused": base.with_overrides(**{"compute.fused_optimizer": True})})
+    plan = ab.schedule(repeats, seeds)
+    n = len(ab.arms)  # baseline, the two arms and the A/A arm
+    rounds = [plan[i:i + n] for i in range(0, len(plan), n)]
+    assert len(rounds) == repeats * len(seeds)
+    assert all(sorted(a for a, *_ in r) == sorted(ab.arms) for r in rounds)  # each round: every arm once
+    firsts = [r[0][0] for r in rounds]
+    assert len(set(firsts)) == min(n, len(rounds))  # the first slot rotates through the arms
+    assert all({rep for _, rep, *_ in r} == {r[0][1]} for r in rounds)  # one repeat per round
