@@ -38,12 +38,14 @@ Notebook: ``notebooks/03_pruning.ipynb``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from lab.measure import hooks_removed
+from lab.workloads.hf import is_conv1d
 
 #: ``fn(model) -> [(prefix, sub-module, layers whose output width is fixed)]``: ``Workload.prune_scopes``.
 ScopesFn = Callable[[nn.Module], list[tuple[str, nn.Module, list[nn.Module]]]]
@@ -60,6 +62,92 @@ WHY_ATTENTION = ("Torch-Pruning 1.6 prunes nn.MultiheadAttention only along embe
 WHY_RESIDUAL = "writes the residual stream of a Transformer layer, whose width the embedding and every layer share"
 WHY_OUTPUT = "the output layer: its width is the number of outputs"
 WHY_TIED = "holds a Parameter shared with another module (weight tying)"
+WHY_CONV1D = ("a Hugging Face Conv1D (GPT-2 style, weight [in, out]): Torch-Pruning traces nn.Linear / Conv2d "
+              "layers only, and GPT-2's c_attn packs the q, k, v of every head into one output; not channel-pruned")
+WHY_HEADS_UNKNOWN = ("inside an attention whose heads the lab does not recognise (lab.pruning.channels.HEAD_LAYOUTS: "
+                     "separate q / k / v Linears of equal width and a head count): pruning its channels would mix "
+                     "heads")
+WHY_ATTN_OUT = "the attention's output projection writes the residual stream: its heads' input columns go with them"
+
+#: Attention layouts whose heads are removed whole (HF BERT-style, HF DistilBERT, HF ViT / Llama-style without
+#: grouped k / v): (q, k, v child names, output projection: a child name or ``"../output.dense"`` beside the
+#: attention, head-count attribute). Each of these reshapes q / k / v as ``(..., -1, head_dim)``.
+HEAD_LAYOUTS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("query", "key", "value", "../output.dense", "num_attention_heads"),
+    ("q_lin", "k_lin", "v_lin", "out_lin", "n_heads"),
+    ("q_proj", "k_proj", "v_proj", "o_proj", "num_attention_heads"),
+    ("q_proj", "k_proj", "v_proj", "out_proj", "num_heads"),
+)
+
+
+@dataclass
+class Heads:
+    """One multi-head attention as separate q / k / v / output Linears, ``heads`` of ``head_dim`` channels."""
+
+    name: str
+    module: nn.Module
+    q: nn.Linear
+    k: nn.Linear
+    v: nn.Linear
+    out: nn.Linear
+    heads: int
+    head_dim: int
+    heads_attr: str
+
+    def linears(self) -> list[nn.Linear]:
+        return [self.q, self.k, self.v, self.out]
+
+
+def attention_heads(model: nn.Module) -> list[Heads]:
+    """Every attention of ``model`` laid out as in :data:`HEAD_LAYOUTS` (found by child names and a head count)."""
+    mods = dict(model.named_modules())
+    found = []
+    for name, m in mods.items():
+        for q, k, v, out, attr in HEAD_LAYOUTS:
+            lins = [getattr(m, c, None) for c in (q, k, v)]
+            heads = getattr(m, attr, None)
+            if not (all(isinstance(x, nn.Linear) for x in lins) and isinstance(heads, int) and heads > 0):
+                continue
+            if out.startswith("../"):
+                parent = name.rpartition(".")[0]
+                o = mods.get(f"{parent}.{out[3:]}" if parent else out[3:])
+            else:
+                o = getattr(m, out, None)
+            width = lins[0].out_features
+            if isinstance(o, nn.Linear) and width % heads == 0 and o.in_features == width and all(
+                    x.out_features == width for x in lins):
+                found.append(Heads(name, m, *lins, o, heads, width // heads, attr))
+            break
+    return found
+
+
+def prune_heads(groups: list[Heads], amount: float, norm: int = 1) -> dict[str, list[int]]:
+    """Remove whole heads: per attention, keep the ``max(1, round(heads * (1 - amount)))`` heads whose q, k, v
+    rows and output columns have the largest L``norm`` norm, slicing the four Linears in place (each kept head's
+    channels, in their order) and updating the head count; returns ``{attention: kept head indices}``. A kept
+    head computes exactly what it computed before (same q / k / v rows, same scaling, same output columns)."""
+    kept_by: dict[str, list[int]] = {}
+    for g in groups:
+        d, n_keep = g.head_dim, max(1, round(g.heads * (1.0 - amount)))
+        with torch.no_grad():
+            score = sum(lin.weight.detach().reshape(g.heads, d, -1).abs().pow(norm).sum((1, 2))
+                        for lin in (g.q, g.k, g.v))
+            score = score + g.out.weight.detach().reshape(g.out.out_features, g.heads, d).abs().pow(norm).sum((0, 2))
+        kept = sorted(torch.topk(score, n_keep).indices.tolist())
+        idx = torch.cat([torch.arange(h * d, (h + 1) * d) for h in kept]).to(g.q.weight.device)
+        with torch.no_grad():
+            for lin in (g.q, g.k, g.v):
+                lin.weight = nn.Parameter(lin.weight.detach()[idx].clone())
+                if lin.bias is not None:
+                    lin.bias = nn.Parameter(lin.bias.detach()[idx].clone())
+                lin.out_features = len(idx)
+            g.out.weight = nn.Parameter(g.out.weight.detach()[:, idx].clone())
+            g.out.in_features = len(idx)
+        setattr(g.module, g.heads_attr, n_keep)
+        if isinstance(getattr(g.module, "all_head_size", None), int):
+            g.module.all_head_size = len(idx)
+        kept_by[g.name] = kept
+    return kept_by
 
 
 def _excluded_reason(m: nn.Module) -> str:
@@ -83,6 +171,16 @@ def _fixed_with_reasons(model: nn.Module) -> dict[int, tuple[nn.Module, str]]:
             fixed.setdefault(id(m.out_proj), (m.out_proj, WHY_ATTENTION))
         if isinstance(m, (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)):
             fixed.setdefault(id(m.linear2), (m.linear2, WHY_RESIDUAL))
+        if is_conv1d(m):
+            fixed.setdefault(id(m), (m, WHY_CONV1D))
+    known = {id(lin) for g in attention_heads(model) for lin in g.linears()}
+    for g in attention_heads(model):
+        fixed.setdefault(id(g.out), (g.out, WHY_ATTN_OUT))
+    for m in model.modules():
+        if type(m).__name__.endswith("Attention") and not isinstance(m, nn.MultiheadAttention):
+            for c in m.modules():
+                if isinstance(c, CHANNEL_TYPES) and id(c) not in known:
+                    fixed.setdefault(id(c), (c, WHY_HEADS_UNKNOWN))
     shared = _shared_parameter_owners(model)
     for owners in shared:
         for m in owners:
@@ -206,12 +304,16 @@ def prune_channels(model: nn.Module, amount: float, *, example_inputs: tuple, no
     parts = structural_scopes(model, scopes)
     ties = _tie_signature(model)
     inputs = _scope_inputs(model, [s for _, s, _ in parts], example_inputs)
+    # attention first, by whole heads (never an uneven mix of channels across heads), then the rest by channels
+    heads = attention_heads(model)
+    prune_heads([g for g in heads if id(g.q) in target_ids], amount, norm)
+    head_linears = {id(lin) for g in heads for lin in g.linears()}
     for _, scope, _fixed in parts:
         roots = [m for m in scope.modules() if isinstance(m, CHANNEL_TYPES)]
-        if not any(id(m) in target_ids for m in roots):
+        if not any(id(m) in target_ids and id(m) not in head_linears for m in roots):
             continue
-        ignored = [m for m in roots if id(m) not in target_ids]
-        ignored += [m for m in scope.modules() if isinstance(m, EXCLUDED_TYPES)]
+        ignored = [m for m in roots if id(m) not in target_ids or id(m) in head_linears]
+        ignored += [m for m in scope.modules() if isinstance(m, EXCLUDED_TYPES) or is_conv1d(m)]
         pruner = tp.pruner.MetaPruner(scope, inputs[id(scope)], importance=tp.importance.MagnitudeImportance(p=norm),
                                       pruning_ratio=amount, ignored_layers=ignored,
                                       root_module_types=[nn.Conv2d, nn.Linear])
@@ -225,5 +327,6 @@ def prune_channels(model: nn.Module, amount: float, *, example_inputs: tuple, no
     return {n: [before[n], int(m.weight.shape[0])] for n, m in targets.items()}
 
 __all__ = [
-    "channel_exclusions", "channel_prunable_layers", "prune_channels", "ScopesFn", "structural_scopes",
+    "attention_heads", "channel_exclusions", "channel_prunable_layers", "HEAD_LAYOUTS", "Heads", "prune_channels",
+    "prune_heads", "ScopesFn", "structural_scopes",
 ]

@@ -33,6 +33,7 @@ from torch.nn.utils import prune as tprune
 from lab.config import PruneConfig, RunConfig
 from lab.measure import evaluation_mode
 from lab.pruning.channels import ScopesFn, prune_channels
+from lab.workloads.hf import is_conv1d  # a HF Conv1D's weight is a plain Parameter its forward reads: maskable
 
 #: Layer types whose weights can carry an unstructured mask (embeddings only when named in ``layers``).
 MASKABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.LSTM, nn.GRU, nn.Embedding,
@@ -132,21 +133,25 @@ def excluded_weights(model: nn.Module, layers: tuple[str, ...] = (), example_inp
     return out
 
 
+def _maskable(m: nn.Module, types: tuple[type[nn.Module], ...]) -> bool:
+    return isinstance(m, types) or is_conv1d(m)
+
+
 def _select(model: nn.Module, layers: tuple[str, ...]) -> dict[str, nn.Module]:
-    named = [(n, m) for n, m in model.named_modules() if n or isinstance(m, MASKABLE_TYPES)]
+    named = [(n, m) for n, m in model.named_modules() if n or _maskable(m, MASKABLE_TYPES)]
     chosen: dict[str, nn.Module] = {}
     if not layers:
-        chosen = {n: m for n, m in named if isinstance(m, DEFAULT_TYPES)}
+        chosen = {n: m for n, m in named if _maskable(m, DEFAULT_TYPES)}
     for p in layers:
         hits = [(n, m) for n, m in named if n == p or n.startswith(p + ".") or type(m).__name__ == p]
         if not hits:
             raise ValueError(f"prune.layers entry {p!r} matches no module; modules: "
                              + ", ".join(n for n, _ in named)[:400])
-        ok = {n: m for n, m in hits if isinstance(m, MASKABLE_TYPES)}
+        ok = {n: m for n, m in hits if _maskable(m, MASKABLE_TYPES)}
         if not ok:
             kinds = sorted({type(m).__name__ for _, m in hits})
             raise ValueError(f"prune.layers entry {p!r} ({', '.join(kinds)}) is not prunable: supported types are "
-                             + ", ".join(t.__name__ for t in MASKABLE_TYPES))
+                             + ", ".join(t.__name__ for t in MASKABLE_TYPES) + ", Hugging Face Conv1D")
         chosen.update(ok)
     return chosen
 
@@ -168,7 +173,8 @@ def prunable_weights(model: nn.Module, layers: tuple[str, ...] = (), example_inp
     if not targets:
         why = "; ".join(f"{k}: {v}" for k, v in excluded.items())
         raise ValueError(f"{type(model).__name__} has no prunable weights (supported: "
-                         + ", ".join(t.__name__ for t in MASKABLE_TYPES) + ")" + (f"; excluded: {why}" if why else ""))
+                         + ", ".join(t.__name__ for t in MASKABLE_TYPES) + ", Hugging Face Conv1D)"
+                         + (f"; excluded: {why}" if why else ""))
     return targets
 
 
@@ -286,7 +292,7 @@ def _positions(module: nn.Module, args: tuple, out: Any) -> int:
         return int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
     if isinstance(module, (nn.Conv1d, nn.Conv2d)):
         return out.numel() // out.shape[1]
-    if isinstance(module, nn.Linear):
+    if isinstance(module, nn.Linear) or is_conv1d(module):
         return out.numel() // out.shape[-1]
     return 0  # embeddings: lookups, no multiply-accumulates
 

@@ -34,9 +34,12 @@ from lab.quant.numerics import reduce_range_choice
 from lab.quant.swap import (
     API,
     MIN_EMBEDDING_DIM,
+    WHY_CONV1D,
     WHY_FASTPATH,
     check_swapped,
+    is_conv1d,
     keep_int8_layers_unfused,
+    linearize_conv1d,
     narrow_embeddings,
     restore_float_leftovers,
     swap_report,
@@ -209,6 +212,45 @@ def calibration_batches(loader: Iterable | None, n_batches: int) -> list[tuple[t
     return out
 
 
+WHY_CONTIGUOUS = ("torch.ops.quantized.embedding_byte needs contiguous indices, and models pass expanded ones "
+                  "(Hugging Face BERT's token_type_ids buffer is .expand()ed to the batch: 'Expect weight, indices, "
+                  "and offsets to be contiguous'); a forward pre-hook makes the int8 Embedding's indices contiguous")
+
+
+def _contiguous_indices(module: nn.Module, args: tuple) -> tuple:
+    return (args[0].contiguous(), *args[1:]) if args and isinstance(args[0], torch.Tensor) else args
+
+
+def contiguous_embedding_indices(model: nn.Module) -> list[str]:
+    """Give every int8 ``Embedding`` / ``EmbeddingBag`` of ``model`` a pre-hook that makes its indices (and
+    offsets) contiguous (see :data:`WHY_CONTIGUOUS`); returns the layers hooked."""
+    from torch.ao.nn import quantized as nnq
+
+    names = []
+    for n, m in model.named_modules():
+        if isinstance(m, nnq.Embedding | nnq.EmbeddingBag):
+            if _contiguous_indices not in m._forward_pre_hooks.values():
+                m.register_forward_pre_hook(_contiguous_indices)
+            names.append(n)
+    return names
+
+
+def check_fx_traceable(model: nn.Module, method: str) -> None:
+    """Before training: the legacy static / QAT flow builds its int8 model by FX symbolic tracing, which many
+    library models (Hugging Face ones: ``len()`` of a proxy, data-dependent masks) cannot pass; refuse with the
+    tracer's reason and the flow that can (torch.export)."""
+    from torch.ao.quantization.fx.tracer import QuantizationTracer
+
+    try:
+        with ao_warnings_filtered():
+            QuantizationTracer([], []).trace(copy.deepcopy(model).cpu().eval())
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"quant.method={method!r} with quant.flow='legacy' cannot trace {type(model).__name__}: FX "
+                         f"symbolic tracing fails ({type(exc).__name__}: {first[:200]}); use quant.flow='pt2e' "
+                         "(torch.export traces it)") from None
+
+
 def quantize(model: nn.Module, cfg: QuantConfig | RunConfig, calibration_loader: Iterable | None = None, *,
              finetune: Callable[[nn.Module], Any] | None = None, example_inputs: tuple | None = None
              ) -> nn.Module:
@@ -232,6 +274,24 @@ def quantize_with_report(model: nn.Module, cfg: QuantConfig | RunConfig, calibra
     ``quant.flow='pt2e'`` (the default) goes through :mod:`lab.quant.pt2e` (torchao, compiled); a dynamic
     quantization of a model holding an RNN falls back to this legacy path and says why."""
     qc = _as_quant_config(cfg)
+    model, linearized = _linearized(model)
+    q, info = _dispatch(model, qc, calibration_loader, finetune=finetune, example_inputs=example_inputs)
+    if linearized:
+        info["linearized"] = {"layers": linearized, "why": WHY_CONV1D}
+    return q, info
+
+
+def _linearized(model: nn.Module) -> tuple[nn.Module, list[str]]:
+    """``model`` itself, or a copy whose HF ``Conv1D`` layers are equivalent ``nn.Linear`` ones (and their names)."""
+    if not any(is_conv1d(m) for m in model.modules()):
+        return model, []
+    copy_ = copy.deepcopy(model)
+    return copy_, linearize_conv1d(copy_)
+
+
+def _dispatch(model: nn.Module, qc: QuantConfig, calibration_loader: Iterable | None, *,
+              finetune: Callable[[nn.Module], Any] | None, example_inputs: tuple | None
+              ) -> tuple[nn.Module, dict[str, Any]]:
     if qc.flow == "pt2e":
         from lab.quant import pt2e
 
@@ -297,6 +357,9 @@ def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: I
             left = restore_float_leftovers(q)
             if left:
                 info["qat_fake_quant_removed"] = left
+    contiguous = contiguous_embedding_indices(q)
+    if contiguous:
+        info["embedding_indices_made_contiguous"] = {"layers": contiguous, "why": WHY_CONTIGUOUS}
     unfused = keep_int8_layers_unfused(q)
     if unfused:
         info["fastpath"] = {"unfused_layers": unfused, "why": WHY_FASTPATH}
@@ -306,5 +369,6 @@ def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: I
 
 __all__ = [
     "affine_dequantize", "affine_qparams", "affine_quantize", "ao_warnings_filtered", "API_REASON",
-    "calibration_batches", "check_supported", "make_qconfig", "quantize", "quantize_with_report", "resolve_engine",
+    "calibration_batches", "check_fx_traceable", "check_supported", "contiguous_embedding_indices", "make_qconfig",
+    "quantize", "quantize_with_report", "resolve_engine", "WHY_CONTIGUOUS",
 ]

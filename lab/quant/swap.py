@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
+
+from lab.workloads.hf import is_conv1d
 
 #: Module types each method is asked to quantize (static/QAT also quantize the ops between them).
 TARGETS: dict[str, tuple[type[nn.Module], ...]] = {
@@ -32,6 +35,47 @@ API = {
     "static": "torch.ao.quantization.quantize_fx (prepare_fx / calibrate / convert_fx)",
     "qat": "torch.ao.quantization.quantize_fx (prepare_qat_fx / fine-tune / convert_fx)",
 }
+
+
+WHY_CONV1D = ("a Hugging Face Conv1D (GPT-2 style: y = x @ W + b, weight [in, out]) is not a torch.nn type, so "
+              "torch.ao and X86InductorQuantizer never match it; the lab quantizes an equivalent nn.Linear "
+              "(weight W.T) in its place")
+
+
+def conv1d_as_linear(module: nn.Module) -> nn.Linear:
+    """The ``nn.Linear`` computing what the HF ``Conv1D`` ``module`` computes (same values, weight transposed)."""
+    w = module.weight
+    bias = getattr(module, "bias", None)
+    lin = nn.Linear(w.shape[0], w.shape[1], bias=bias is not None, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        lin.weight.copy_(w.detach().t())
+        if bias is not None:
+            lin.bias.copy_(bias.detach())
+    lin.train(module.training)
+    return lin
+
+
+def linearize_conv1d(model: nn.Module) -> list[str]:
+    """Replace every HF ``Conv1D`` of ``model`` in place by its equivalent ``nn.Linear`` (call on a copy);
+    returns the layers replaced. A tied Conv1D weight would be untied by the copy: refused."""
+    names = [n for n, m in model.named_modules() if is_conv1d(m)]
+    shared = {id(p) for n, m in model.named_modules() if not is_conv1d(m) for p in m._parameters.values()
+              if p is not None}
+    for n in names:
+        m = model.get_submodule(n)
+        if id(m.weight) in shared:
+            raise ValueError(f"{n} ({type(m).__name__}) shares its weight with another module (weight tying): an "
+                             "int8 copy would untie them; leave it out of quantization")
+        parent, _, attr = n.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, conv1d_as_linear(m))
+    return names
+
+
+def _bare_weight_holder(module: nn.Module) -> bool:
+    """A module of a type the lab does not know that holds a float weight matrix itself (a HF Conv1D, a
+    custom layer): it stays float under every torch.ao method and must be listed as such."""
+    return not _is_quantized_module(module) and any(
+        p is not None and p.is_floating_point() and p.dim() >= 2 for p in module._parameters.values())
 
 
 class QuantizationNoOpError(RuntimeError):
@@ -88,6 +132,12 @@ def kept_float_reason(name: str, model: nn.Module, method: str, on_purpose: dict
                 "quant.method='static' or 'qat' quantizes convolutions")
     if isinstance(m, nn.Conv1d) and method != "dynamic":
         return f"not in the {method} mapping of this lab (Conv2d and Linear are)"
+    if m is not None and is_conv1d(m):
+        return WHY_CONV1D.replace("the lab quantizes", "lab.quant.swap.linearize_conv1d quantizes")
+    if m is not None and type(m) not in _FLOAT_WEIGHT_LAYERS and _bare_weight_holder(m):
+        held = ", ".join(pn for pn, p in m._parameters.items() if p is not None and p.dim() >= 2)
+        return (f"{type(m).__name__} holds float weight tensor(s) itself ({held}) and is not a layer type torch.ao "
+                "quantizes (it swaps " + ", ".join(t.__name__ for t in TARGETS[method]) + " modules only)")
     return f"{API[method].split(' ')[0]} left it float without saying why"
 
 
@@ -100,7 +150,8 @@ def swap_report(float_model: nn.Module, quantized: nn.Module, method: str,
     attention); ``kept_float_reasons`` gives each one's reason (:func:`kept_float_reason`)."""
     asked = {n: type(m).__name__ for n, m in float_model.named_modules() if isinstance(m, TARGETS[method])}
     swapped = {n: type(m).__name__ for n, m in quantized.named_modules() if _is_quantized_module(m)}
-    still_float = {n for n, m in quantized.named_modules() if type(m) in _FLOAT_WEIGHT_LAYERS}
+    still_float = {n for n, m in quantized.named_modules() if type(m) in _FLOAT_WEIGHT_LAYERS or (
+        n and n not in swapped and _bare_weight_holder(m))}
     kept = sorted({n for n in asked if n not in swapped} | still_float)
     return {"asked": asked, "swapped": swapped, "kept_float": kept,
             "kept_float_reasons": {n: kept_float_reason(n, float_model, method, on_purpose) for n in kept},
@@ -111,9 +162,13 @@ def expected_swaps(model: nn.Module, method: str) -> tuple[list[str], dict[str, 
     """Before any training: the layers ``method`` can be expected to replace, and ``{layer: reason}`` for
     those it cannot (the same reasons the swap report gives afterwards)."""
     skip = dict.fromkeys(narrow_embeddings(model), f"embedding_dim < {MIN_EMBEDDING_DIM}")
-    asked = [n for n, m in model.named_modules() if isinstance(m, TARGETS[method])]
+    asked = [n for n, m in model.named_modules() if isinstance(m, TARGETS[method]) or is_conv1d(m)]
     reasons = {}
     for n, m in model.named_modules():
+        if is_conv1d(m):  # quantized as its equivalent nn.Linear (linearize_conv1d)
+            if method != "dynamic" and _fx_leaf(n, model) is not None:
+                reasons[n] = kept_float_reason(n, model, method, skip)
+            continue
         if not isinstance(m, _FLOAT_WEIGHT_LAYERS):
             continue
         if n not in asked or n in skip or (method != "dynamic" and _fx_leaf(n, model) is not None) or (
@@ -178,7 +233,8 @@ def check_swapped(report: dict[str, Any], method: str) -> None:
 
 
 __all__ = [
-    "API", "check_model", "check_swapped", "expected_swaps", "keep_int8_layers_unfused", "kept_float_reason",
+    "API", "check_model", "check_swapped", "conv1d_as_linear", "expected_swaps", "is_conv1d", "linearize_conv1d",
+    "WHY_CONV1D", "keep_int8_layers_unfused", "kept_float_reason",
     "MIN_EMBEDDING_DIM", "narrow_embeddings", "QuantizationNoOpError", "restore_float_leftovers", "swap_report",
     "TARGETS", "WHY_FASTPATH", "WHY_MHA",
 ]

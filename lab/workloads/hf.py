@@ -43,6 +43,15 @@ PAD, CLS = 0, 1
 _N_RESERVED = 2
 
 
+def is_conv1d(module: nn.Module) -> bool:
+    """A Hugging Face ``transformers.pytorch_utils.Conv1D`` (GPT-2 style: ``y = x @ W + b`` with the weight
+    stored ``[in_features, out_features]``, ``nf`` outputs), recognised by type name and shape without importing
+    transformers; the quantization and pruning families read HF layers through this one test."""
+    w = getattr(module, "weight", None)
+    return (type(module).__name__ == "Conv1D" and isinstance(w, torch.Tensor) and w.dim() == 2
+            and getattr(module, "nf", None) == w.shape[1])
+
+
 def logits_of(out: Any) -> torch.Tensor:
     """The logits tensor of a model's output: a tensor itself, ``ModelOutput.logits`` or ``out["logits"]``."""
     if isinstance(out, torch.Tensor):
@@ -67,11 +76,11 @@ class HFAdapter(nn.Module):
         self.model = model
         self.task = task
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        # named arguments, not *inputs: torch.export matches dynamic shapes to the signature's parameters
         if self.task == "image_classification":
-            return logits_of(self.model(pixel_values=inputs[0]))
-        mask = inputs[1] if len(inputs) > 1 else None
-        return logits_of(self.model(input_ids=inputs[0], attention_mask=mask))
+            return logits_of(self.model(pixel_values=inputs))
+        return logits_of(self.model(input_ids=inputs, attention_mask=attention_mask))
 
 
 # ---------------------------------------------------------------------------------------------- data
