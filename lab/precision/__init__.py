@@ -1,8 +1,9 @@
 """Mixed precision for the one training loop: autocast policy, capability gate, ``auto``, fp32 islands.
 
 The family's technique (:class:`Precision`, see :mod:`lab.technique`): ``fit_options`` hands every fit of a run
-the :class:`PrecisionPolicy` its config asks for (``auto`` is resolved once, by measuring) and records the
-policy's diagnostics per phase in ``result.details["precision"]``; ``preflight`` checks the ``fp32_modules``
+the :class:`PrecisionPolicy` its config asks for (``auto`` is resolved once, by measuring the run's own step:
+:mod:`lab.precision.auto`) and records the policy's diagnostics per phase in ``result.details["precision"]``;
+``preflight`` checks the ``fp32_modules``
 names and the model gate against a fresh model before any training. Taught in ``notebooks/02_mixed_precision.ipynb``.
 """
 
@@ -13,16 +14,18 @@ from typing import Any
 from torch import nn
 
 from lab.context import TrainContext
-from lab.precision import gate, policy
+from lab.precision import auto, gate, policy
+from lab.precision.auto import *  # noqa: F403 - the names in its __all__
+from lab.precision.auto import policy_for
 from lab.precision.gate import *  # noqa: F403 - the names in its __all__
-from lab.precision.gate import NotApplicable, model_gate, policy_for
+from lab.precision.gate import NotApplicable, model_gate
 from lab.precision.policy import *  # noqa: F403 - the names in its __all__
 from lab.precision.policy import match_fp32_modules
 from lab.registry import FAMILIES
 from lab.result import RunResult
 from lab.technique import FitPlan, Technique
 
-__all__ = [*gate.__all__, *policy.__all__, "Precision", "TECHNIQUE"]
+__all__ = [*auto.__all__, *gate.__all__, *policy.__all__, "Precision", "TECHNIQUE"]
 
 
 class Precision(Technique):
