@@ -183,6 +183,7 @@ def measure_arms(ctx: TrainContext, model: nn.Module, lr: float, arms: list[str]
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         for arm in arms:
             steps_ms(arm, 1)  # warm-up: first-call allocation, the optimizer's state, autocast's caches
+            pols[arm].record_dtypes = False  # the dtype report is in; its hooks must not be timed
         for r in range(rounds):
             for arm in (arms if r % 2 == 0 else arms[::-1]):
                 times[arm].append(float(np.median(steps_ms(arm, steps))))

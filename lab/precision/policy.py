@@ -120,6 +120,9 @@ class PrecisionPolicy:
     grad_norms: list[float | torch.Tensor] = field(default_factory=list)
     layer_dtypes: list[dict[str, Any]] = field(default_factory=list)
     forced_fp32: dict[str, str] = field(default_factory=dict)
+    #: hook every leaf on a fit's first forward to report its dtypes (the ``auto`` probe turns it off after its
+    #: warm-up fit: its timed fits are a step or two each, so the hooks would land in every timed step)
+    record_dtypes: bool = True
 
     def __post_init__(self) -> None:
         if self.dtype not in TORCH_DTYPES:
@@ -159,7 +162,7 @@ class PrecisionPolicy:
             mod = modules[name]
             mod.forward = _fp32_island(mod.forward, self.device_type)  # instance attribute, removed below
         watch = watch_backward_in_autocast(model, self.device_type)
-        report = _record_layer_dtypes(model, self)
+        report = _record_layer_dtypes(model, self) if self.record_dtypes else (lambda: None)
         try:
             yield model
         finally:
