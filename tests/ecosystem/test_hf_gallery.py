@@ -200,7 +200,8 @@ def test_legacy_static_int8_is_refused_before_training_naming_fx(name):
 
 
 @pytest.mark.parametrize("method", ["dynamic", "static"])
-@pytest.mark.parametrize("name", ["GPT2", "RESNET"])
+@pytest.mark.parametrize("name", ["GPT2", "RESNET", *(pytest.param(n, marks=pytest.mark.slow)  # same path: export
+                                                      for n in ("BERT", "DISTILBERT", "VIT"))])
 def test_pt2e_int8_graph_holds_int8_layers(name, method):
     _, model, data = _setup(name)
     batches = [_inputs(data, 8), tuple(t[8:16] for t in data.train[:-1])]
