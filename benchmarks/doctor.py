@@ -126,7 +126,7 @@ def parse_case(text: str) -> tuple[str, ...]:
 
 def run_case(workload: str, size: str, techs: list[str], store: ResultStore, rung: str | None = None,
              max_steps: int | None = None, calibration: Calibration | None = None,
-             measure: tuple[str, ...] = ("compile",)) -> dict:
+             measure: tuple[str, ...] = ()) -> dict:
     cfg = RunConfig(workload=workload, size=size, threads=1, latency_repeats=8, model_scale=rung,
                     max_steps=max_steps)
     t0 = time.perf_counter()
@@ -150,8 +150,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated subset of: {', '.join(SETS)}")
     p.add_argument("--cases", default="", help="workload:size,... instead of the default set")
     p.add_argument("--techniques", default="", help="comma-separated, instead of the default set")
-    p.add_argument("--measure", default="compile", help="what the doctor times on each model itself, as "
-                   "`lab doctor --verify` does (default compile; '' for none: the map / chain / prior)")
+    p.add_argument("--measure", default="", help="what the doctor times on each model itself, as `lab doctor "
+                   "--measure` does (compile; default none: the map / chain / prior)")
     p.add_argument("--merge", metavar="PATH", help="pool with the cases of this earlier doctor JSON")
     p.add_argument("--rescore", metavar="PATH", help="measure nothing: recompute this doctor JSON's figures "
                                                     "(written back to --json when given)")

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="measure the top K predictions and the baseline in an interleaved ablation")
     dg.add_argument("--repeats", type=int, default=3, help="repeats per arm when verifying")
     dg.add_argument("--measure", default="", metavar="compile",
-                    help="time these on the model itself (seconds to a minute): compile; on by default with --verify")
+                    help="time these on the model itself (seconds to a minute each): compile")
     dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
     store_flags(dg, "results store for the verification runs")
     dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
     if "threads" not in vars(args):  # a fixed thread count for A/B timings (docs/architecture.md 5.8)
         cfg = cfg.with_overrides(threads=1)
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
-    measure = [m.strip() for m in args.measure.split(",") if m.strip()] or (["compile"] if args.verify else [])
+    measure = [m.strip() for m in args.measure.split(",") if m.strip()]
     d = diagnose(cfg, techniques=techs, measure=measure)
     out: dict[str, Any] = d.to_dict()
     if not args.json:

@@ -73,7 +73,9 @@ def model_compile_rate(model: nn.Module, inputs: Sequence[torch.Tensor], target:
 
     Why the model itself: the chain micro-benchmark and the crossover map stand in for the model's ops, and
     missed by 2.5x on a Hugging Face BERT built from its config (1.71x predicted, 0.67x measured): what
-    compile fuses, breaks on, or wraps in guards is the model's own. Seconds to a minute: the user opts in."""
+    compile fuses, breaks on, or wraps in guards is the model's own. Seconds to a minute: the user opts in
+    (``--measure compile``). Not the default: one batch under load read 0.82x and 1.06x for the same gallery
+    transformer whose training step measured 1.29-1.36x compiled (docs/doctor.md, "Where it is wrong")."""
     import time
 
     def arm(m: nn.Module) -> Callable[[], None]:
