@@ -39,7 +39,7 @@ family file's docstring):
 
 Without CUDA the script still runs (seconds), says so, and writes ``gpu.json`` with one skipped entry per
 part ("skipped: no CUDA device ..."); exit code 0. ``--device cpu`` instead runs every part's code path at
-tiny sizes on the CPU (a self-test used by ``tests/test_gpu_bench.py``; its timings mean nothing).
+tiny sizes on the CPU (a self-test used by ``tests/bench/test_gpu_bench.py``; its timings mean nothing).
 
 The H200 box has torch, torchao, numpy, pandas and pyarrow only, so this module and what it imports from
 ``lab`` import nothing else (the test proves it with an import blocker).
@@ -92,7 +92,7 @@ only between rounds, so some overrun is normal; a child that far past it is stuc
 minutes per step)."""
 
 CRASH_HOOK = "LAB_GPU_BENCH_CRASH_PART"
-"""Test hook (``tests/test_gpu_bench.py``): a child whose part is named in this variable calls ``os.abort()`` as it
+"""Test hook (``tests/bench/test_gpu_bench.py``): a child whose part is named in this variable calls ``os.abort()`` as it
 starts, standing in for a native crash. Nothing else reads it."""
 
 TAIL_CHARS = 2000

@@ -11,7 +11,7 @@ the least accuracy, with 95 % CIs. The app stays thin: choices come from ``lab.r
 
 Default: recipe ``stacked`` on ``ctr`` at size ``tiny``, 3 repeats (the smallest design with an interval):
 9 arms (with the A/A arm) x 3 = 27 runs, about three minutes on 2 shared CPU cores (105-257 s measured by
-tests/test_browser.py on a busy machine); 1 repeat is a labelled preview that crowns nothing; ``small`` with
+tests/e2e/test_browser.py on a busy machine); 1 repeat is a labelled preview that crowns nothing; ``small`` with
 3 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores).
 
 This file only draws the sidebar (``_sidebar``) and one tab per page module: every tab, the built-in ones

@@ -8,7 +8,7 @@ makes the arithmetic cheaper (bf16 on AMX, int8 VNNI, fewer channels) but adds o
 from some size on: the crossover, ``(a_tech - a_base) / (b_base - b_tech)`` MACs per sample. The fit is
 weighted by 1 / time^2 (relative residuals), because the ladder spans three decades of time and an
 unweighted fit would be the largest rung alone. Pure functions: tested on synthetic timings with known
-answers (``tests/test_crossover_fit.py``).
+answers (``tests/crossover/test_crossover_fit.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Why hand-written: ``torchvision.transforms.v2`` is the usual choice, but torchvi
 torch build this lab pins, so the three transforms a digit/CIFAR-style pipeline uses are written here in
 numpy (per sample, as a loader worker would run them): zero-pad by ``pad`` then a random ``H x W`` crop
 (``RandomCrop(size, padding=pad)``), a horizontal flip with probability ``flip_p`` (``RandomHorizontalFlip``),
-and normalisation by the training split's mean and std (``Normalize``). ``tests/test_data_files.py`` checks
+and normalisation by the training split's mean and std (``Normalize``). ``tests/data/test_data_files.py`` checks
 them against direct tensor slicing. Flip is off by default: a mirrored digit is often another glyph.
 
 The random choices are drawn per (seed, epoch) for every row at once, not from a process-global generator,

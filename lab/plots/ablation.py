@@ -1,7 +1,7 @@
 """Figures of an ablation (``lab.ablation.summarize``'s table): speed bought against accuracy paid, with the
 Pareto front and the noise band, and the speedups as bars with their intervals.
 
-Readability rules (checked in a real browser by ``tests/test_browser.py``): a short title with the
+Readability rules (checked in a real browser by ``tests/e2e/test_browser.py``): a short title with the
 explanation as a subtitle, the colour key in the legend, every point labelled with its arm (labels alternate
 above and below, so neighbours do not print over each other; the A/A arm reads "A/A"), whiskers clipped to
 :func:`lab.plots.common.ratio_range` with the clipping drawn, axes titled with their units. Every number

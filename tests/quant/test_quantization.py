@@ -349,7 +349,7 @@ def test_graph_report_of_a_float_graph_counts_nothing_int8():
 def test_missing_torchao_is_one_clear_line(monkeypatch):
     for name in Q.pt2e._TORCHAO_MODULES:
         monkeypatch.setitem(sys.modules, name, None)  # `import name` now raises ImportError
-    from lab.quant import check
+    check = Q.TECHNIQUE.check  # the quantization technique's check stage
 
     cfg = RunConfig(workload="ctr", size="tiny", device="cpu", quant=QuantConfig(method="static"))
     with pytest.raises(ValueError, match=r"quant.flow='pt2e' needs torchao .*--quant-flow legacy"):
@@ -368,7 +368,7 @@ def test_lab_imports_without_torchao():
 
 @pytest.mark.capability
 def test_pt2e_refuses_what_its_default_config_cannot_express():
-    from lab.quant import check
+    check = Q.TECHNIQUE.check  # the quantization technique's check stage
 
     for qc, field in ((QuantConfig(method="static", per_channel=False), "per_channel"),
                       (QuantConfig(method="static", observer="minmax"), "observer")):
