@@ -92,8 +92,8 @@ only between rounds, so some overrun is normal; a child that far past it is stuc
 minutes per step)."""
 
 CRASH_HOOK = "LAB_GPU_BENCH_CRASH_PART"
-"""Test hook (``tests/bench/test_gpu_bench.py``): a child whose part is named in this variable calls ``os.abort()`` as it
-starts, standing in for a native crash. Nothing else reads it."""
+"""Test hook (``tests/bench/test_gpu_bench.py``): a child whose part is named in this variable calls ``os.abort()``
+as it starts, standing in for a native crash. Nothing else reads it."""
 
 TAIL_CHARS = 2000
 
