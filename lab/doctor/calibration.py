@@ -120,8 +120,9 @@ class Calibration:
         floor = self.noise_floor()
         w = max(q, floor)
         lo, hi = min(p.lo, p.speedup * math.exp(-w)), max(p.hi, p.speedup * math.exp(w))
+        wider = lo < p.lo or hi > p.hi
         what = (f"{100 * self.coverage:.0f} % interval [{lo:.2f}, {hi:.2f}] = the model's [{p.lo:.2f}, {p.hi:.2f}] "
-                f"widened by its error x/ {math.exp(q):.2f} ({how})")
+                + ("widened by" if wider else "already holding") + f" its error x/ {math.exp(q):.2f} ({how})")
         if floor > q:
             what += f" and the A/A noise x/ {math.exp(floor):.2f}"
         return dataclasses.replace(p, lo=lo, hi=hi, model_lo=p.lo, model_hi=p.hi, band=what,

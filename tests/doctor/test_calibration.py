@@ -41,7 +41,7 @@ def test_a_wide_model_interval_is_never_narrowed():
     cal = Calibration.from_cases([_case(f"m{i}", [("bf16", 1.0, 1.01)]) for i in range(12)])
     p = Prediction("bf16", "train_step", 1.0, 0.5, 2.0, "wide")
     out = cal.apply(p)
-    assert (out.lo, out.hi) == (0.5, 2.0)
+    assert (out.lo, out.hi) == (0.5, 2.0) and "already holding its error" in out.reason
 
 
 def test_the_interval_is_never_narrower_than_the_aa_noise():
