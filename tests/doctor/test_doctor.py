@@ -370,6 +370,8 @@ def test_cli_doctor_prints_breakdown_prescription_and_verification(toy_workload,
     out = capsys.readouterr().out
     assert code == 0, out
     assert "training step:" in out and "prescription, training step" in out and "verification" in out
+    assert "90 % interval" in out  # every interval carries the doctor's own error (lab.doctor.calibration)
+    assert "this verification: 1 case(s)" in out and "regret mean" in out  # the scorecard of the check
     from lab.measure import environment_stamp
 
     hist = load_history(environment_stamp("cpu")["hardware_id"])
