@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.lab-installed
 PORT   ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: venv docs test test-avx2 test-fast dashboard lab bench bench-quick bench-gpu quality clean
+.PHONY: venv docs test test-avx2 test-fast notebooks dashboard lab bench bench-quick bench-gpu quality clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,17 @@ test-avx2: venv
 
 test-fast: venv
 	$(PY) -m pytest -x -q -m "not slow" $(PYTEST_ARGS)
+
+# Every notebook at its default size (LAB_FAST unset; the exercises filled by lab/teach/solutions.py), one
+# notebook per pytest under nbval, its wall time printed; any error in any cell fails. Not part of `make test`
+# (minutes per notebook). One or a few: make notebooks NOTEBOOKS="notebooks/06_ablations.ipynb".
+NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
+notebooks: venv
+	@fail=0; for nb in $(NOTEBOOKS); do start=$$(date +%s); \
+		env -u LAB_FAST LAB_SOLUTIONS=1 TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor $(PY) -m pytest -q \
+			-p no:randomly -p no:cacheprovider --nbval-lax --timeout=1800 --durations=0 $(PYTEST_ARGS) "$$nb" \
+			&& ok=passed || { ok=FAILED; fail=1; }; \
+		echo "make notebooks: $$nb $$ok in $$(( $$(date +%s) - start )) s (default size)"; done; exit $$fail
 
 dashboard: venv
 	$(PY) -m streamlit run dashboard/app.py --server.address 127.0.0.1 --server.port $(PORT) \
