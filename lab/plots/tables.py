@@ -14,8 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from lab.ablation.record import AblationRecord, ArmRecord, build_record, fmt_ratio
-from lab.ablation.summary import SPEED_AXIS
+from lab.ablation.record import AblationRecord, ArmRecord, Ratio, build_record, fmt_ratio
+from lab.ablation.summary import SPEED_AXIS, stored_latency_key, summarize
+from lab.measure import median
+from lab.result import RunResult
 
 #: Readable names of the speed columns.
 SPEED_NAMES = {"train_speedup": "Training speedup", "step_speedup": "Step speedup",
@@ -140,3 +142,42 @@ def _reads_as(e: pd.Series) -> str:
 def _sig_signed(x: Any) -> str:
     v = _num(x)
     return "" if math.isnan(v) else f"{v:+.2g}"
+
+
+def technique_table(runs: dict[str, RunResult], reference: RunResult | None = None) -> pd.DataFrame:
+    """A technique notebook's side-by-side table (the MIT labs' staple): one row per run with its latency
+    (median ms at the largest batch it stored), its inference speedup with the 95 % CI (the record's paired
+    figure: against its own float / dense model in the same process, else against ``reference``), size (against
+    ``reference``, or an int8 run's own float model: ``details["quant"]["size_ratio"]``), MACs per sample, and
+    accuracy with its loss in points (the paired 95 % CI an int8 run stores over the test set; one run against
+    ``reference`` has no interval)."""
+    rows = []
+    for name, r in runs.items():
+        arms = {"baseline": [reference if reference is not None else r], name: [r]}
+        df = summarize(arms)
+        rec = build_record(df, arms).arms[name]
+        row = df.set_index("arm").loc[name]
+        key = stored_latency_key([r])
+        quant = r.details.get("quant") or {}
+        acc = (quant.get("accuracy") or {}).get(r.metric_name) or {}
+        inf = rec.paired or (rec.speed.get("infer_speedup") if reference is not None else None)
+        size = (rec.size if reference is not None else
+                Ratio(quant["size_ratio"], better="smaller", worse="larger") if quant.get("size_ratio") else None)
+        if acc:
+            loss = f"{acc['loss_pts']:+.2g} pt [{acc['ci_lo']:+.2g}, {acc['ci_hi']:+.2g}]"
+        else:
+            loss = f"{row['acc_loss_pt']:+.2g} pt (n = 1: no interval)" if reference is not None else ""
+        rows.append({
+            "Run": name, "Workload": r.workload,
+            "Latency (ms)": f"{_sig(median(r.latency_ms[key]), 3)} at {key.replace('_', ' ')}"
+            if r.latency_ms.get(key) else "",
+            "Inference speedup (x, 95 % CI)": inf.text if inf is not None else "",
+            "Against": rec.paired_what or ("the reference run" if inf is not None else ""),
+            "Size": size.text if size is not None else "",
+            "MACs per sample": _sig(r.macs_per_sample, 3),
+            "MACs if zeros skipped": rec.macs_if_skipped.text if rec.macs_if_skipped else "",
+            "Metric": f"{r.metric_name} {_sig(r.metric, 3)}" if r.metric is not None else "",
+            "Accuracy loss (95 % CI)": loss,
+        })
+    out = pd.DataFrame(rows)
+    return out.loc[:, [c for c in out.columns if (out[c] != "").any()]] if len(out) else out
