@@ -2,8 +2,9 @@
 
 What it times: copies of the run's own model, trained through the run's own ``ctx.fit`` (its loader and batch,
 optimizer, fused setting, fp32 islands) with only the precision policy swapped, after one untimed warm-up step
-per arm. The arms are interleaved in rounds (fp32, bf16, fp16, then the reverse order, ...), so the drift of a
-shared machine hits every arm alike, and a round's sample of an arm is the median of its steps in that round
+per arm; the first step of every fit is untimed too (the fresh optimizer allocates its state there). The arms
+are interleaved in rounds (fp32, bf16, fp16, then the reverse order, ...), so the drift of a shared machine hits
+every arm alike, and a round's sample of an arm is the median of its steps in that round
 (step time without the data wait, which precision does not change).
 
 The rule (:data:`RULE`, :func:`decide_auto`): per candidate, the speedup is the median over rounds of the
@@ -51,13 +52,14 @@ AUTO_CI = 0.95
 RULE = (f"fastest native candidate whose paired speedup vs fp32 (median over >= {MIN_ROUNDS} interleaved rounds of "
         f"fp32 round ms / candidate round ms, {AUTO_CI:.0%} bootstrap CI) has its CI lower bound > "
         f"{1 + AUTO_MIN_GAIN:.2f}; else fp32. Probe: copies of the run's model on the run's loader through ctx.fit, "
-        f"1 warm-up step per arm, at most {AUTO_PROBE_SHARE:.0%} of the run's steps")
+        f"1 warm-up step per arm and each fit's first step untimed, at most {AUTO_PROBE_SHARE:.0%} of the run's steps")
 
 
 @dataclass(frozen=True)
 class ProbePlan:
     """How much the probe may measure: ``rounds`` (at most; it stops once every candidate is decided) of ``steps``
-    timed steps per arm, after one warm-up step per arm, within ``budget_steps`` of the run's ``run_steps``."""
+    timed steps per arm, each fit's first step untimed (a fresh optimizer allocates its state there: +150 ms of a
+    450 ms mlp-xl step here), after one warm-up step per arm, within ``budget_steps`` of the run's ``run_steps``."""
 
     rounds: int
     steps: int
@@ -65,7 +67,7 @@ class ProbePlan:
     run_steps: int
 
     def probe_steps(self, n_arms: int) -> int:
-        return n_arms * (1 + self.rounds * self.steps)
+        return n_arms * (1 + self.rounds * (1 + self.steps))
 
 
 def probe_plan(run_steps: int, n_arms: int, *, share: float | None = None) -> tuple[ProbePlan | None, str]:
@@ -75,14 +77,14 @@ def probe_plan(run_steps: int, n_arms: int, *, share: float | None = None) -> tu
     are what the paired CI is over), then steps per round. Pure: tested on planted numbers."""
     share = AUTO_PROBE_SHARE if share is None else share
     budget = int(math.floor(share * max(0, run_steps)))
-    per_arm = budget // max(1, n_arms) - 1  # timed steps per arm after its warm-up step
-    if per_arm < MIN_ROUNDS:
-        need = math.ceil(n_arms * (1 + MIN_ROUNDS) / share)
+    per_arm = budget // max(1, n_arms) - 1  # steps per arm after its warm-up step; a round costs 1 + timed
+    if per_arm < 2 * MIN_ROUNDS:
+        least = n_arms * (1 + 2 * MIN_ROUNDS)
         return None, (f"the run's {run_steps} steps allow {budget} probe steps at {share:.0%}, fewer than the "
-                      f"{n_arms * (1 + MIN_ROUNDS)} of {MIN_ROUNDS} rounds of {n_arms} arms (a run of >= {need} "
+                      f"{least} of {MIN_ROUNDS} rounds of {n_arms} arms (a run of >= {math.ceil(least / share)} "
                       f"steps is probed): a probe this run cannot repay")
-    rounds = min(MAX_ROUNDS, per_arm)
-    steps = min(MAX_STEPS_PER_ROUND, per_arm // rounds)
+    rounds = min(MAX_ROUNDS, per_arm // 2)
+    steps = min(MAX_STEPS_PER_ROUND, per_arm // rounds - 1)
     plan = ProbePlan(rounds=rounds, steps=steps, budget_steps=budget, run_steps=run_steps)
     return plan, (f"up to {rounds} rounds x {steps} step(s) per arm (<= {plan.probe_steps(n_arms)} of the run's "
                   f"{run_steps} steps)")
@@ -161,8 +163,9 @@ def _compute_ms(stats: Any) -> list[float]:
 def measure_arms(ctx: TrainContext, model: nn.Module, lr: float, arms: list[str], *, rounds: int = MIN_ROUNDS,
                  steps: int = 2, caps: dict[str, Capability] | None = None,
                  stop_early: bool = True) -> dict[str, list[float]]:
-    """Per-round step ms (the median of ``steps`` steps) of each arm on one copy of ``model`` (the run's own,
-    as built), arms interleaved over up to ``rounds`` rounds, the order reversed every other round. Every step
+    """Per-round step ms (the median of ``steps`` steps, after the fit's untimed first step) of each arm on one
+    copy of ``model`` (the run's own, as built), arms interleaved over up to ``rounds`` rounds, the order reversed
+    every other round. Every step
     goes through ``ctx.fit`` on the run's loader (built once: the same batches for every arm) with only the
     policy swapped (one per arm, kept across rounds: fp16's loss scale settles once). One untimed warm-up step
     per arm first. With ``stop_early`` the rounds stop once :data:`MIN_ROUNDS` are in and every candidate is
@@ -175,14 +178,14 @@ def measure_arms(ctx: TrainContext, model: nn.Module, lr: float, arms: list[str]
             for a in arms}
 
     def steps_ms(arm: str, n: int) -> list[float]:
-        st = ctx.fit(probe_model, epochs=math.ceil(n / n_batches), lr=lr, max_steps=n, policy=pols[arm],
+        st = ctx.fit(probe_model, epochs=math.ceil((n + 1) / n_batches), lr=lr, max_steps=n + 1, policy=pols[arm],
                      phase=f"auto:{arm}", probe=True, loader=loader)
-        return _compute_ms(st)
+        return _compute_ms(st)[1:]  # the fit's first step allocates the fresh optimizer's state: not timed
 
     times: dict[str, list[float]] = {a: [] for a in arms}
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
         for arm in arms:
-            steps_ms(arm, 1)  # warm-up: first-call allocation, the optimizer's state, autocast's caches
+            steps_ms(arm, 0)  # warm-up: first-call allocation, kernels' primitives, autocast's caches
             pols[arm].record_dtypes = False  # the dtype report is in; its hooks must not be timed
         for r in range(rounds):
             for arm in (arms if r % 2 == 0 else arms[::-1]):

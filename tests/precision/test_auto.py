@@ -50,13 +50,14 @@ def test_unequal_lengths_fall_back_to_the_unpaired_ratio():
 
 
 def test_the_probe_budget_is_a_share_of_the_run():
-    plan, why = probe_plan(292, 3, share=0.03)  # ctr small with fp32, bf16, fp16: 8 probe steps < 12
-    assert plan is None and "cannot repay" in why and ">= 400 steps" in why
-    plan, _ = probe_plan(1536, 2, share=0.03)  # 46 steps: 8 rounds x 2 steps + 1 warm-up, per arm
-    assert plan == ProbePlan(rounds=8, steps=2, budget_steps=46, run_steps=1536)
+    plan, why = probe_plan(292, 3, share=0.03)  # ctr small with fp32, bf16, fp16: 8 probe steps < 21
+    assert plan is None and "cannot repay" in why and ">= 700 steps" in why
+    plan, _ = probe_plan(1536, 2, share=0.03)  # 46 steps: 1 warm-up + 8 rounds x (1 untimed + 1 timed), per arm
+    assert plan == ProbePlan(rounds=8, steps=1, budget_steps=46, run_steps=1536)
     assert plan.probe_steps(2) <= plan.budget_steps
     big, _ = probe_plan(10**6, 2, share=0.03)
     assert big.rounds == 8 and big.steps == 16  # capped: more would only cost
+    assert probe_plan(700, 3, share=0.03)[0] == ProbePlan(rounds=3, steps=1, budget_steps=21, run_steps=700)
 
 
 def _record_batches(model, seen):
@@ -75,7 +76,7 @@ def test_the_probe_times_the_runs_own_model_and_batch(toy_workload):
         times = precision.measure_arms(ctx, model, ctx.resolved.lr, ["fp32", "bf16"], rounds=3, steps=2,
                                        stop_early=False)
         assert {a: len(v) for a, v in times.items()} == {"fp32": 3, "bf16": 3}
-        assert seen == [ctx.resolved.batch_size] * (2 * (1 + 3 * 2))  # a warm-up step + 3 rounds x 2, per arm
+        assert seen == [ctx.resolved.batch_size] * (2 * (1 + 3 * (1 + 2)))  # warm-up + 3 rounds x (1 + 2), per arm
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # a copy trained
 
 
