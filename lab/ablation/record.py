@@ -181,10 +181,13 @@ def _pooled_paired(runs: Sequence[RunResult], key: str) -> tuple[Ratio | None, s
     for r in runs:
         lat = ((r.details.get("quant") or {}).get("latency") or {}).get(key) or {}
         samples = lat.get("samples_ms") or {}
-        if samples.get("float") and samples.get("int8"):
-            ref += list(samples["float"])
+        # compiled int8 (PT2E) against fp32 compiled the same way; eager int8 against its eager float model
+        ref_key = "fp32_compiled" if samples.get("fp32_compiled") else "float"
+        if samples.get(ref_key) and samples.get("int8"):
+            ref += list(samples[ref_key])
             arm += list(samples["int8"])
-            what = "int8 vs its own float model (same process, interleaved)"
+            what = ("int8 compiled vs fp32 compiled the same way (same process, interleaved)"
+                    if ref_key == "fp32_compiled" else "int8 vs its own float model (same process, interleaved)")
             continue
         inf = (r.details.get("prune") or {}).get("inference") or {}
         if inf.get("dense_ms") and inf.get("pruned_ms") and f"batch_{inf.get('batch')}" == key:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lab.ablation.record import fmt_ratio
+
 PHASE_COLORS = {"data_wait": "#d62728", "forward": "#1f77b4", "backward": "#2ca02c", "optimizer": "#9467bd",
                 "comm": "#ff7f0e", "other": "#7f7f7f"}
 #: Series colours of ratio bars, distinct in hue (the Okabe-Ito palette, readable with colour blindness).
@@ -61,10 +63,14 @@ def clipped_whiskers(est: Sequence[float], lo: Sequence[float], hi: Sequence[flo
 
 
 def ci_text(est: float, lo: float, hi: float, unit: str = "x") -> str:
-    """``1.24x [1.05, 1.40]``, or ``1.24x (no interval)`` when the CI is missing."""
+    """``1.2x [1.1, 1.4]``, or ``1.24x (no interval)`` when the CI is missing. A ratio (``unit="x"``) is said as
+    the ablation record says it (:func:`lab.ablation.record.fmt_ratio`: rounded to its interval's precision), so
+    a hover and the table never print the same figure two ways."""
     if not _finite(est):
         return ""
     if _finite(lo) and _finite(hi):
+        if unit == "x":
+            return fmt_ratio(est, lo, hi)
         return f"{est:.3g}{unit} [{lo:.3g}, {hi:.3g}]"
     return f"{est:.3g}{unit} (no interval)"
 
