@@ -67,7 +67,8 @@ def crossover_macs(base: Line, tech: Line, min_gain: float = 0.0) -> float | Non
     return float(da / db * 1e6)
 
 
-#: The gain a prediction must reach to say "pays" (the ``auto`` precision's threshold too, lab.precision).
+#: The gain a prediction must reach to say "pays" (a prediction's margin; ``auto`` precision decides on its own
+#: measured CI, ``lab.precision.auto.AUTO_MIN_GAIN``).
 PAYS_GAIN = 0.05
 
 

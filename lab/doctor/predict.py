@@ -88,13 +88,15 @@ def predict_precision(name: str, dtype: str, b: Breakdown, r: Rates) -> Predicti
 
 
 def predict_auto(name: str, candidates: list[Prediction]) -> Prediction:
-    """``auto`` probes each low precision on this model and keeps fp32 unless one is clearly faster
-    (:func:`lab.precision.decide_auto`, >= 5 %), so it is predicted as the best candidate when that one is
-    predicted clearly faster, else 1.0. The decision is the probe's, made on a measurement, not on this
-    prediction's interval: when the best candidate's interval reaches below 1 the probe would keep fp32
-    there, so the lower bound is ~1.0 rather than the candidate's (the probe's own time is a run cost)."""
+    """``auto`` probes each low precision on this model and keeps fp32 unless one is clearly faster (its paired
+    speedup CI's lower bound above ``1 + lab.precision.auto.AUTO_MIN_GAIN``), so it is predicted as the best
+    candidate when that one is predicted at least 5 % faster, else 1.0 (a run too short for the probe's budget
+    keeps fp32 unprobed: ``lab.precision.auto.probe_plan``). The decision is the probe's, made on a
+    measurement, not on this prediction's interval: when the best candidate's interval reaches below 1 the
+    probe would keep fp32 there, so the lower bound is ~1.0 rather than the candidate's (the probe's own time
+    is a run cost)."""
     best = max(candidates, key=lambda p: p.speedup, default=None)
-    if best is not None and best.speedup >= 1.05:
+    if best is not None and best.speedup >= 1.05:  # a point estimate that clears the probe's 1.02 bound in noise
         return Prediction(name, "train_step", best.speedup, max(0.97, min(best.lo, 1.0)) if best.lo < 1.0
                           else best.lo, best.hi,
                           f"auto should pick {best.technique} ({best.reason.split(' -> ')[0]}) -> predicted "
