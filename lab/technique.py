@@ -107,6 +107,11 @@ class Technique:
         """Rank 0, after training: the final model (pruned, quantized) and the family's figures."""
         return model
 
+    def replaces_model(self, cfg: RunConfig) -> bool:
+        """Whether :meth:`after_training` hands on another model than training produced (so the final metric
+        is not training's own, and the divergence rules do not judge it)."""
+        return False
+
     def report(self, result: RunResult) -> dict[str, Any] | None:
         """A short summary of what the family did in ``result`` (``None``: nothing to say)."""
         return None
@@ -196,6 +201,9 @@ class TechniqueChain(Sequence[Technique]):
         for t in self._items:
             model = t.after_training(ctx, model)
         return model
+
+    def replaces_model(self, cfg: RunConfig) -> bool:
+        return any(t.replaces_model(cfg) for t in self._items)
 
     def report(self, result: RunResult) -> dict[str, dict[str, Any]]:
         """``{family: summary}`` for the families that had something to say."""

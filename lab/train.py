@@ -118,7 +118,7 @@ def train_and_measure(ctx: TrainContext) -> None:
     result.metrics, result.metric = after, after[r.workload.metric_name]
     if result.metric != result.metric:
         raise FloatingPointError(f"{result.metric_name} is NaN after training: check evaluate() and the test split")
-    if not (cfg.prune.enabled or cfg.quant.enabled):  # the model evaluated is the one training produced
+    if not chain.replaces_model(cfg):  # the model evaluated is the one training produced
         health.judge(result, chance=r.workload.chance, higher_is_better=r.workload.higher_is_better, lr=r.lr,
                      capped=stats.steps < ctx.total_steps(max_steps=False), baseline=not cfg.enabled_families())
     say({"phase": "eval", "metrics": after})

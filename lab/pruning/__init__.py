@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.utils import prune as tprune
 
 from lab import measure
-from lab.config import PruneConfig
+from lab.config import PruneConfig, RunConfig
 from lab.context import TrainContext
 from lab.loop import StepHook
 from lab.pruning import channels, masks, schedule
@@ -140,6 +140,9 @@ class Pruning(Technique):
 
     def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         return _prune_and_finetune(ctx, model)
+
+    def replaces_model(self, cfg: RunConfig) -> bool:
+        return cfg.prune.enabled
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Sparsity, the MACs ratio theory promises and the inference speedup measured."""

@@ -98,6 +98,9 @@ class Quantization(Technique):
     def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         return _quantize_trained(ctx, model)
 
+    def replaces_model(self, cfg: RunConfig) -> bool:
+        return cfg.quant.enabled
+
     def report(self, result: RunResult) -> dict[str, Any]:
         """Method, size ratio and the batch-N inference speedup against the float model: for a compiled int8
         model against fp32 compiled the same way (rule 13; the eager ratio beside it), with the "not an int8

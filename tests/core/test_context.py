@@ -124,3 +124,14 @@ def test_ideal_replay_runs_the_same_step_as_its_run(toy_workload, overrides):
     assert {k: v for k, v in replay.items() if k != "loader"} == {k: v for k, v in ran.items() if k != "loader"}
     if overrides:
         assert replay["precision"] == "bf16" and replay["fused"] is True
+
+
+@pytest.mark.parametrize("overrides,replaced", [
+    ({}, False), ({"precision.dtype": "bf16"}, False), ({"prune.method": "l1_unstructured", "prune.amount": 0.5}, True),
+    ({"quant.method": "dynamic"}, True), ({"compute.fused_optimizer": True}, False)])
+def test_the_chain_says_when_after_training_hands_on_another_model(overrides, replaced):
+    # the divergence rules judge only the model training produced (lab.result.health.judge in lab.train)
+    cfg = RunConfig(workload="ctr", size="tiny").with_overrides(**overrides)
+    assert default_chain().replaces_model(cfg) is replaced
+    assert [t.name for t in default_chain() if t.replaces_model(cfg)] == (
+        [] if not replaced else ["pruning" if "prune.method" in overrides else "quant"])
