@@ -24,9 +24,11 @@ Standard blocks in user models:
 
 - ``nn.TransformerEncoderLayer``: the feed-forward's hidden width (``linear1`` outputs, ``linear2`` inputs).
   ``linear2`` and ``self_attn.out_proj`` write the residual stream, whose width every layer, LayerNorm, the
-  embedding and any positional table share, so they keep their width. Attention is left whole: Torch-Pruning
-  1.6 prunes ``nn.MultiheadAttention`` only along ``embed_dim`` (that same residual width), not by heads;
-  head pruning needs separate q/k/v Linear layers.
+  embedding and any positional table share, so they keep their width. ``nn.MultiheadAttention`` is left whole:
+  Torch-Pruning 1.6 prunes it only along ``embed_dim`` (that same residual width), not by heads.
+- Attention with separate q / k / v Linear layers of a known layout (:data:`HEAD_LAYOUTS`: BERT, DistilBERT,
+  ViT): whole heads are removed (ranked by L1 norm), never an uneven mix of channels across heads; an
+  attention module of unknown layout keeps its full width, named in the record.
 - Depthwise convolutions (``groups == channels``) and squeeze-excitation gates: Torch-Pruning couples the
   depthwise channels with their input and the gate's output with the channels it scales.
 - Weight tying: every module holding a shared Parameter keeps its output width, and the ties are checked

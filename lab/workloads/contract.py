@@ -67,7 +67,9 @@ def check_contract(wl: Workload, data: Datasets, model: nn.Module, device: torch
                 _fail(wl, f"the model cannot take a batch of the {split} split (inputs "
                       + ", ".join(_describe(t) for t in inputs) + ")", exc)
             if not isinstance(outs[split], torch.Tensor):
-                _fail(wl, f"the model returned {type(outs[split]).__name__}, expected one tensor of outputs")
+                hint = (" (a Hugging Face model: wrap it with lab.workloads.hf.workload, which takes .logits)"
+                        if hasattr(outs[split], "logits") else "")
+                _fail(wl, f"the model returned {type(outs[split]).__name__}, expected one tensor of outputs{hint}")
         out, target = outs["train"], data.train[-1][:CHECK_ROWS].to(device)
         full_target = torch.cat([data.train[-1], data.test[-1]])
         if (out.dim() == 2 and out.shape[1] > 1 and not full_target.is_floating_point()

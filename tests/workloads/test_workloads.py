@@ -552,3 +552,27 @@ def test_an_installed_package_offers_workloads_through_the_entry_point_group(use
     from lab.workloads import list_workloads
 
     assert name in list_workloads()
+
+
+def test_a_model_returning_a_model_output_is_refused_with_the_hf_wrapper_named():
+    from types import SimpleNamespace
+
+    from lab.workloads import get_workload
+    from lab.workloads.contract import check_contract
+
+    wl = get_workload("mlp")
+    data = wl.make_data(wl.sizes["tiny"], 0)
+    inner = wl.make_model(wl.sizes["tiny"])
+
+    class ReturnsOutput(torch.nn.Module):  # what a Hugging Face model's forward returns: an object with .logits
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *x):
+            return SimpleNamespace(logits=self.inner(*x))
+
+    refusal = r"returned SimpleNamespace, expected one tensor.*lab\.workloads\.hf\.workload"
+    with pytest.raises(ValueError, match=refusal):
+        check_contract(wl, data, ReturnsOutput(), torch.device("cpu"))
+    check_contract(wl, data, inner, torch.device("cpu"))  # the plain model passes
