@@ -18,7 +18,7 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
-from lab.quant import fair, graph, int8, numerics, pt2e, swap
+from lab.quant import fair, graph, int8, numerics, pt2e, storage, swap
 from lab.quant import report as report_
 from lab.quant.fair import *  # noqa: F403 - the names in its __all__
 from lab.quant.graph import *  # noqa: F403 - the names in its __all__
@@ -28,6 +28,7 @@ from lab.quant.numerics import *  # noqa: F403 - the names in its __all__
 from lab.quant.pt2e import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import measure_against_float
+from lab.quant.storage import *  # noqa: F403 - the names in its __all__
 from lab.quant.swap import *  # noqa: F403 - the names in its __all__
 from lab.quant.swap import check_model
 from lab.registry import FAMILIES
@@ -35,7 +36,7 @@ from lab.result import RunResult
 from lab.technique import Technique
 
 __all__ = [*fair.__all__, *graph.__all__, *int8.__all__, *numerics.__all__, *pt2e.__all__, *report_.__all__,
-           *swap.__all__, "Quantization", "TECHNIQUE"]
+           *storage.__all__, *swap.__all__, "Quantization", "TECHNIQUE"]
 
 
 def _quantize_trained(ctx: TrainContext, model: nn.Module) -> nn.Module:

@@ -21,6 +21,7 @@ from torch import nn
 from lab import measure
 from lab.quant.graph import graph_layer_bytes
 from lab.quant.pt2e import FrozenCompiled, compile_frozen, converted_graph
+from lab.quant.storage import bytes_by_role
 from lab.quant.swap import is_conv1d
 
 #: int8 multiply-accumulates per instruction over fp32 ones on x86 (VNNI / AMX-INT8 against FMA): the most
@@ -120,6 +121,7 @@ def compare_compiled(float_model: nn.Module, quantized: FrozenCompiled, inputs: 
         "float_bytes": f_bytes, "int8_bytes": q_bytes, "size_ratio": f_bytes / q_bytes,
         "quantized_layers_float_bytes": lf, "quantized_layers_int8_bytes": lq,
         "quantized_layers_size_ratio": lf / lq if lq else float("nan"),
+        "bytes_by_role": bytes_by_role(quantized, swapped, graph),
         "float_macs_per_sample": f_macs, "int8_macs_per_sample": q_macs,
         "int8_model_macs_by_dtype": {"fp32": f_macs - q_macs, "int8": q_macs}, "latency": {}}
     if repeats:

@@ -47,6 +47,7 @@ from torch import nn
 from lab.config import QuantConfig
 from lab.quant.graph import check_graph_quantized, graph_swap_report
 from lab.quant.numerics import reduce_range_choice
+from lab.quant.storage import compact_int8_graph
 
 TORCHAO_MISSING = ("quant.flow='pt2e' needs torchao (pinned in pyproject.toml: pip install 'torchao==0.18.0'); "
                    "install it, or use --quant-flow legacy")
@@ -340,6 +341,7 @@ def quantize_pt2e_with_report(model: nn.Module, qc: QuantConfig, batches: Callab
     info["quantize_s"] = time.perf_counter() - t0
     info["swap"] = graph_swap_report(converted, float_model, qc.method)
     check_graph_quantized(info["swap"], qc.method)
+    info["stored"] = compact_int8_graph(converted)
     return compile_frozen(converted), info
 
 

@@ -24,6 +24,7 @@ from lab.context import TrainContext, prepare
 from lab.quant.fair import compare_compiled, why_tags_compiled
 from lab.quant.int8 import quantize
 from lab.quant.pt2e import FrozenCompiled
+from lab.quant.storage import bytes_by_role
 from lab.workloads import Workload
 
 
@@ -113,6 +114,7 @@ def _compare_eager(float_model: nn.Module, quantized: nn.Module, inputs: tuple[t
         "float_bytes": f_bytes, "int8_bytes": q_bytes, "size_ratio": f_bytes / q_bytes,
         "quantized_layers_float_bytes": lf, "quantized_layers_int8_bytes": lq,
         "quantized_layers_size_ratio": lf / lq if lq else float("nan"),
+        "bytes_by_role": bytes_by_role(quantized, swapped),
         "float_macs_per_sample": measure.count_macs(float_model, one),
         "int8_macs_counted": measure.count_macs(quantized, one),  # float and int8 kernels of the int8 model
         "int8_model_macs_by_dtype": measure.count_macs_by_dtype(quantized, one),

@@ -1,0 +1,88 @@
+"""What an int8 model stores (lab.quant.storage): PT2E drops all-zero weight zero points and the fp32 weights
+convert_pt2e leaves unread, with outputs unchanged; the legacy format's fp64 scales / int64 zero points are
+reported by role, not hidden. Bytes and dtypes of the stored tensors are checked, no timing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lab import quant as Q
+from lab.config import QuantConfig
+from lab.quant import pt2e as P
+
+
+def _mlp() -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 16)).eval()
+    g = torch.Generator().manual_seed(1)
+    loader = [(torch.randn(32, 64, generator=g), torch.zeros(32, dtype=torch.long)) for _ in range(4)]
+    return model, loader, torch.randn(64, 64, generator=g)
+
+
+def _pt2e(method: str, compact: bool, monkeypatch) -> tuple[nn.Module, dict, nn.Module]:
+    model, loader, _ = _mlp()
+    with monkeypatch.context() as m:
+        if not compact:
+            m.setattr(P, "compact_int8_graph", lambda gm: {})
+        q, info = Q.quantize_with_report(model, QuantConfig(method=method, calibration_batches=4), loader)
+    return q, info, model
+
+
+def _check_roles(part: dict) -> None:
+    assert sum(part[r] for r in Q.ROLES) == part["total"] and part["container"] >= 0
+
+
+@pytest.mark.capability
+@pytest.mark.parametrize("method", ["static", "dynamic"])
+def test_pt2e_stores_no_zero_points_and_no_unread_fp32_weights_with_outputs_unchanged(monkeypatch, method):
+    before, _, model = _pt2e(method, False, monkeypatch)
+    after, info, _ = _pt2e(method, True, monkeypatch)
+    x = _mlp()[2]
+    g_before, g_after = Q.converted_graph(before), Q.converted_graph(after)
+    with torch.no_grad():
+        assert torch.equal(g_before(x), g_after(x))  # the same int8 computation, bit for bit
+    sd = g_after.state_dict()
+    assert not any(v.dtype == torch.int64 for v in sd.values())  # no int64 zero points left
+    assert not [k for k in sd if k.endswith("weight")]  # the unread fp32 copies (0.weight, 2.weight) are gone
+    assert info["stored"]["zero_points_dropped"] == 2
+    assert {"0.weight", "2.weight"} <= set(info["stored"]["unread_constants_deleted"])
+    roles = Q.bytes_by_role(after, list(info["swap"]["swapped"]), g_after)
+    layers = roles["quantized_layers"]
+    _check_roles(layers)
+    assert layers["zero_points"] == 0 and layers["dtypes"]["int8_weights"] == ["int8"]
+    assert layers["int8_weights"] == 64 * 128 + 128 * 16  # one byte per weight
+    assert layers["scales"] == 4 * (128 + 16) and layers["dtypes"]["scales"] == ["float32"]
+    assert layers["bias"] == 4 * (128 + 16)
+    old = Q.bytes_by_role(before, list(info["swap"]["swapped"]), g_before)
+    assert old["quantized_layers"]["zero_points"] == 8 * (128 + 16)  # what convert_pt2e stored: int64 zeros
+    assert roles["model"]["total"] < old["model"]["total"] - 4 * (64 * 128 + 128 * 16)  # fp32 copies dropped
+    f_l, q_l = Q.graph_layer_bytes(g_after)
+    assert f_l / q_l > Q.graph_layer_bytes(g_before)[0] / Q.graph_layer_bytes(g_before)[1]
+    with torch.no_grad():
+        assert Q.relative_error(model(x), g_after(x)) < Q.error_bound(method, info["reduce_range"]["used"])
+
+
+@pytest.mark.capability
+@pytest.mark.slow
+def test_compiled_int8_without_zero_points_gives_the_same_outputs(monkeypatch):
+    before, _, _ = _pt2e("static", False, monkeypatch)
+    after, _, _ = _pt2e("static", True, monkeypatch)
+    x = _mlp()[2]
+    assert torch.equal(before(x), after(x))  # Inductor fuses the same int8 kernels either way
+
+
+def test_legacy_breakdown_reports_the_format_it_is_forced_to_store():
+    model, loader, _ = _mlp()
+    q, info = Q.quantize_with_report(model, QuantConfig(method="static", calibration_batches=4, flow="legacy"), loader)
+    names = list(info["swap"]["swapped"])
+    roles = Q.bytes_by_role(q, names)
+    layers = roles["quantized_layers"]
+    _check_roles(layers)
+    _check_roles(roles["model"])
+    assert layers["int8_weights"] == 64 * 128 + 128 * 16
+    # per-channel weight qparams as torch.save writes them: fp64 scales, int64 zero points, per output channel
+    assert layers["dtypes"]["scales"] == ["float32", "float64"] and "int64" in layers["dtypes"]["zero_points"]
+    assert layers["scales"] >= 8 * (128 + 16) and layers["zero_points"] >= 8 * (128 + 16)
+    assert "fp64" in roles["why"] and layers["total"] == Q.layer_bytes(model, q, names)[1]
