@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -67,3 +68,31 @@ def workload_names() -> list[str]:
     (never another tab's: a typed spec is not a global default)."""
     mine = set(st.session_state.get("_typed_workloads", []))
     return [n for n in list_workloads() if n not in _typed_anywhere() or n in mine]
+
+
+#: Pixels per character and per cell's padding for the dataframe's 14 px Source Sans, on the generous side: a
+#: column sized from them shows its longest text whole. Streamlit's grid sizes a column to its text itself only
+#: up to 500 px (its ``maxColumnAutoWidth``) and cuts the rest with an ellipsis; 1000 px is its widest column.
+PX_PER_CHAR, PX_PAD, AUTO_MAX_PX, MAX_PX = 7.4, 28, 480, 1000
+
+
+def column_widths(data: Any) -> dict[str, Any]:
+    """A ``column_config`` for ``st.dataframe`` that widens each column whose header or longest text is wider
+    than the grid would size it (a reason, a figure's name, a long header): the whole text in one line, the
+    table scrolling sideways when it must, instead of a cut "…"."""
+    import pandas as pd  # noqa: PLC0415 - pandas is loaded by then; kept out of the page's import time
+
+    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    out: dict[str, Any] = {}
+    for col in frame.columns:
+        texts = [str(col), *(str(v) for v in frame[col].head(200).tolist())]
+        px = int(max(len(t) for t in texts) * PX_PER_CHAR + PX_PAD)
+        if px > AUTO_MAX_PX:
+            out[str(col)] = st.column_config.Column(width=min(px, MAX_PX))
+    return out
+
+
+def dataframe(data: Any, **kwargs: Any) -> Any:
+    """``st.dataframe`` with :func:`column_widths` (a caller's own ``column_config`` wins)."""
+    config = {**column_widths(data), **(kwargs.pop("column_config", None) or {})}
+    return st.dataframe(data, column_config=config or None, **kwargs)

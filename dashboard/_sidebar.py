@@ -51,6 +51,10 @@ def draw() -> Choices:
     job = _lifecycle.attached_job(store)
     running = bool(job and job["live"])
     with st.sidebar:
+        # drawn in this order (the containers), filled in another: Run sits under the arms, inside the first
+        # 800 px, and the typed workload (read first, so the list below already has it) comes last
+        arms_box, run_box, options_box, own_box = st.container(), st.container(), st.container(), st.container()
+    with own_box:
         wl_spec = st.text_input("Add your workload", key="wl_spec", placeholder="path/to/file.py:NAME or module:NAME",
                                 help="A Workload, a function returning one, or a list (docs/workloads.md: Bring "
                                      "your own workload). LAB_WORKLOADS=SPEC[,SPEC] when starting the dashboard "
@@ -65,6 +69,7 @@ def draw() -> Choices:
         except ValueError as exc:  # a broken LAB_WORKLOADS entry: say so, keep the built-ins usable
             st.error(str(exc))
             workload_names = ["ctr", "sequence", "vision"]
+    with arms_box:
         workload = st.selectbox("Workload", workload_names, key="workload")
         size = st.selectbox("Size", SIZES, index=SIZES.index("tiny"), key="size",
                             help="tiny: seconds per run; small: under a minute per run on 2 CPU cores; full: a GPU")
@@ -79,6 +84,8 @@ def draw() -> Choices:
             techniques = st.multiselect("Techniques", list(TECHNIQUES), default=["bf16"], key="techniques",
                                         help="; ".join(f"{t.name}: {t.description}" for t in TECHNIQUES.values()))
             as_factorial = st.checkbox("Factorial (every subset: shows interactions)", key="factorial")
+    with options_box:
+        st.subheader("Design")
         repeats = st.number_input("Repeats", min_value=0, max_value=20, value=3, step=1, key="repeats",
                                   help="runs per arm and seed, interleaved; fewer than 3 runs per arm is a preview: "
                                        "no interval, no verdict")
@@ -93,6 +100,7 @@ def draw() -> Choices:
         st.subheader("Reading")
         speed = st.selectbox("Speed axis", list(SPEEDS), format_func=SPEEDS.get, key="speed")
         budget_pt = st.slider("Accuracy budget (points)", 0.0, 5.0, 1.0, 0.25, key="budget")
+    with run_box:
         go = st.button("Run ablation", type="primary", key="run", disabled=running,
                        help="disabled while an ablation runs: cancel it, or wait" if running else None)
         if running and st.button("Cancel", key="cancel",

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import _shared
 import streamlit as st
 
 from lab import crossover
@@ -40,7 +41,7 @@ def table_height(n_rows: int, cap: int = 720) -> int:
 
 
 def show_table(df, key: str, record: AblationRecord | None = None) -> None:
-    st.dataframe(ablation_table(df, record), key=key, hide_index=True, width="stretch",
+    _shared.dataframe(ablation_table(df, record), key=key, hide_index=True, width="stretch",
                  height=table_height(len(df)))
 
 
@@ -95,7 +96,7 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
         st.subheader("Do they compound or cancel?")
         st.caption("Factorial effects on the speed axis with 95 % intervals: main effects (one arm against the "
                    "baseline: faster or slower), 2-way and 3-way terms (compound or cancel).")
-        st.dataframe(effects_table(effects), key="interactions", hide_index=True, width="stretch",
+        _shared.dataframe(effects_table(effects), key="interactions", hide_index=True, width="stretch",
                      height=table_height(len(effects)))
     show_versus(df, runs_by_arm)
     if runs_by_arm:
@@ -187,4 +188,4 @@ def show_versus(df, runs_by_arm: dict | None, key: str = "versus") -> None:
                "batch, so a different batch moves the fixed overhead's share.")
     st.plotly_chart(versus_figure(found), key=f"{key}_chart")
     table = versus_table(found)
-    st.dataframe(table, key=f"{key}_table", hide_index=True, width="stretch", height=table_height(len(table)))
+    _shared.dataframe(table, key=f"{key}_table", hide_index=True, width="stretch", height=table_height(len(table)))

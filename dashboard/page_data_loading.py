@@ -52,7 +52,7 @@ def _show(job: dict) -> None:
         hw = next(iter(results.values())).hardware_id
         st.caption(f"Workload **{first.get('workload')}** (size {first.get('size')}) on {first['data']['storage']}, "
                    f"measured on `{hw}`: {len(samples)} loader(s) (`{job['key']}`).")
-        st.dataframe(rows, key="dl_table")
+        _shared.dataframe(rows, key="dl_table")
         d1, d2 = st.columns(2)
         d1.plotly_chart(phase_bars(samples), key="dl_phases")
         d2.plotly_chart(wait_timeline(samples), key="dl_timeline")

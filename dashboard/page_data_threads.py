@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import _shared
 import streamlit as st
 
 from lab.data.studies.threads import grid_rows, load_grids, recommend
@@ -33,7 +34,7 @@ def render() -> None:
     for g in grids:
         best = g["best"]
         st.subheader(f"{g['workload']}/{g['size']} on {g['storage']}")
-        st.dataframe(grid_rows(g), hide_index=True, key=f"dt_grid_{g['workload']}")
+        _shared.dataframe(grid_rows(g), hide_index=True, key=f"dt_grid_{g['workload']}")
         st.markdown(f"Best pair: **{best['threads']} thread(s) + {best['workers']} worker(s)** "
                     f"({best['throughput']:.0f} samples/s). Rule: {g['rule']['text']}.")
     if source:

@@ -59,7 +59,7 @@ def render() -> None:
     st.plotly_chart(op_class_bars(bars), key="doctor_breakdown")
     st.caption(f"rates: {d.rate_source}; " + "; ".join(d.advice))
     st.plotly_chart(prescription_bars(d.predictions), key="doctor_prescription")
-    st.dataframe(_diagnosis_table(d), key="doctor_table", hide_index=True)
+    _shared.dataframe(_diagnosis_table(d), key="doctor_table", hide_index=True)
     if d.skipped:
         st.caption("not predicted: " + "; ".join(f"{k} ({v})" for k, v in d.skipped.items()))
     k = st.number_input("verify the top K", min_value=1, max_value=max(1, len(d.predictions)), value=min(3, len(

@@ -8,6 +8,7 @@ as it is (never measured on a rerun); the button measures and caches a new one.
 
 from __future__ import annotations
 
+import _shared
 import pandas as pd
 import streamlit as st
 
@@ -37,7 +38,7 @@ def render() -> None:
                f"{card.torch_version}; kernels {caps.get('aten_capability')}"
                + (f" (capped: {', '.join(caps.get('caps', []))})" if caps.get("caps") else "")
                + f"; measured {card.measured_at}{' (quick)' if card.quick else ''}; int8 kernel: {card.int8_kernel}")
-    st.dataframe(pd.DataFrame(machine.peak_rows(card)), key="machine_peaks", hide_index=True)
+    _shared.dataframe(pd.DataFrame(machine.peak_rows(card)), key="machine_peaks", hide_index=True)
     for sentence in machine.limit_sentences(card):
         st.markdown(f"- {sentence}")
     for note in card.notes:

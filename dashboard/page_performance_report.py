@@ -56,8 +56,9 @@ def render() -> None:
         return
     st.plotly_chart(report_figure(view), key="report_chart")
     table = report_table(view)
-    st.dataframe(table, key="report_table", hide_index=True, width="stretch", height=_views.table_height(len(table)),
-                 column_config={"measured": st.column_config.NumberColumn(format="%.3g")})
+    _shared.dataframe(table, key="report_table", hide_index=True, width="stretch",
+                      height=_views.table_height(len(table)),
+                      column_config={"measured": st.column_config.NumberColumn(format="%.3g")})
     with st.expander("Techniques across machines (each machine's own crossover map)"):
         st.markdown(cross_hardware_table(load_maps(bench_root)))
     with st.expander("Anchors: the published figures each family is compared with"):

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import _shared
 import streamlit as st
 
 from lab.crossover import build_map, check_schema, load_study, place, place_workload
@@ -26,6 +27,14 @@ from lab.measure import environment_stamp, other_machine_note
 from lab.plots.scale import crossover_figure, reference_figure, regime_figure
 from lab.plots.scale_threads import technique_threads_figure, thread_scaling_figure, workers_ladder_figure
 from lab.workloads import list_workloads
+
+
+def _g3(x: Any) -> Any:
+    """A figure (or an interval's pair) to 3 significant digits, as the table reads it; anything else as is."""
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(str(_g3(v)) for v in x) + "]"
+    return f"{x:.3g}" if isinstance(x, float) else x
+
 
 TITLE = "Where does it pay?"
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -111,9 +120,9 @@ def _render_threads() -> None:
         st.plotly_chart(technique_threads_figure(study, wl, axis), key="scale_threads_techniques")
     st.markdown(f"**Loader worker or compute thread?** {lad['answer']['text']}.")
     st.plotly_chart(workers_ladder_figure(study), key="scale_threads_workers")
-    st.dataframe([{"rung": r["rung"], "params": r["params"], "loader ms/batch": r["loader_ms_per_batch"],
-                   "compute ms/step": r["compute_ms_per_step"], "worker / all cores": r["ratio"],
-                   "CI95": r["ci95"], "verdict": r["verdict"],
+    _shared.dataframe([{"rung": r["rung"], "params": r["params"], "loader ms/batch": r["loader_ms_per_batch"],
+                   "compute ms/step": r["compute_ms_per_step"], "worker / all cores": _g3(r["ratio"]),
+                   "CI95": _g3(r["ci95"]), "verdict": r["verdict"],
                    "rule's pick": f"{r['rule']['threads']} thread(s) + {r['rule']['workers']} worker(s)"}
                   for r in lad["rows"]],
                  key="scale_threads_table")
@@ -191,12 +200,12 @@ def _render_map() -> dict[str, Any] | None:
         st.markdown(f"**{placed['params']:,} parameters, {placed['macs_per_sample'] / 1e6:.3g} MMACs per sample**, "
                     f"read against the `{placed['family']}` ladder (nearest rung `{placed['nearest_rung']}`): "
                     + (("predicted to pay: " + ", ".join(pays)) if pays else "no technique is predicted to pay here."))
-        st.dataframe([{k: p[k] for k in ("technique", "axis", "predicted_speedup", "pays", "loo_error")}
+        _shared.dataframe([{k: p[k] for k in ("technique", "axis", "predicted_speedup", "pays", "loo_error")}
                       for p in placed["predictions"]], key="scale_predictions")
         st.caption(placed["note"])
     st.plotly_chart(crossover_figure(the_map, workload, axis, x=x, user_x=user_x), key="scale_chart")
     st.subheader("Crossovers")
-    st.dataframe([c for c in the_map["crossovers"] if c["workload"] == workload], key="scale_crossovers")
+    _shared.dataframe([c for c in the_map["crossovers"] if c["workload"] == workload], key="scale_crossovers")
     with st.expander("Regimes: why small models lose", expanded=False):
         st.plotly_chart(regime_figure(the_map, axis), key="scale_regimes")
     return the_map

@@ -48,7 +48,7 @@ def render() -> None:
         f"Projection {label}{' (measured by benchmarks/distributed.py)' if measured_error else ''}: the "
         "shaded band is the speedup if communication were that much faster or slower than modelled.")
     st.plotly_chart(scaling_curves(rows, rel_error=model_error / 100), key="sc_chart")
-    st.dataframe([{"link": n, "workers": r["p"], "speedup (x)": f"{r['speedup']:.3g}",
+    _shared.dataframe([{"link": n, "workers": r["p"], "speedup (x)": f"{r['speedup']:.3g}",
                    "band (x)": f"{r['speedup_lo']:.3g} to {r['speedup_hi']:.3g}",
                    "efficiency": f"{r['efficiency']:.0%}", "all-reduce (ms)": f"{r['comm_ms']:.3g}"}
                   for n, rs in rows.items() for r in rs if r["p"] in (2, 4, 8, max_p)], key="sc_table",

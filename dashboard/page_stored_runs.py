@@ -46,4 +46,4 @@ def render() -> None:
             st.caption("This ablation has no baseline run on the chosen hardware.")
     view = runs if hw == "all" else runs[runs["hardware_id"] == hw]
     st.caption("Every stored run, newest first (raw columns, as `python -m lab runs` shows them).")
-    st.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs", hide_index=True)
+    _shared.dataframe(view.sort_values("started_at", ascending=False).head(200), key="runs", hide_index=True)
