@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab.quant.graph import attr_tensor, int8_weight_nodes
+from lab.quant.graph import int8_weight_nodes
 
 #: Roles a stored byte can have: int8 (or uint8) weight codes, their scales and zero points, biases, any
 #: other tensor (float layers, activation qparams, index buffers), and the file's own overhead.
@@ -37,9 +37,10 @@ ROLES = ("int8_weights", "scales", "zero_points", "bias", "other", "container")
 WHY_LEGACY_FORMAT = ("legacy format: torch.save writes a per-channel quantized weight's scales as fp64 and zero "
                      "points as int64 (16 bytes per output channel, all-zero zero points included); the packed "
                      "int8 kernels read that format, so it is not changed")
-WHY_PT2E_FORMAT = ("PT2E: all-zero per-channel weight zero points are dropped (dequantize_per_channel takes "
-                   "zero_points=None; Inductor fuses the same int8 kernels, outputs bit-identical) and the fp32 "
-                   "weights convert_pt2e leaves unread are deleted; scales are stored as the quantizer made them")
+WHY_PT2E_FORMAT = ("PT2E: the fp32 weights convert_pt2e leaves unread are deleted; the all-zero int64 per-channel "
+                   "weight zero points are kept (8 bytes per output channel): with zero_points=None a "
+                   "dequantize_per_channel that Inductor does not fuse into an int8 kernel fails to lower "
+                   "(\"'NoneType' object has no attribute 'get_size'\"); scales are stored as the quantizer made them")
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -62,15 +63,10 @@ def _set_attr(gm: nn.Module, target: str, value: Any) -> None:
 
 
 def compact_int8_graph(gm: torch.fx.GraphModule) -> dict[str, Any]:
-    """Make a converted PT2E graph store what it needs, in place: all-zero per-channel weight zero points
-    become ``None`` and every constant no node reads is deleted. Returns what was done."""
-    dropped = []
-    for node in int8_weight_nodes(gm):
-        dq = node.args[1]
-        zp = attr_tensor(gm, dq.args[2])
-        if zp is not None and not bool(zp.any()):
-            dq.args = (dq.args[0], dq.args[1], None, *dq.args[3:])
-            dropped.append(node.name)
+    """Make a converted PT2E graph store what it needs, in place: every constant no node reads is deleted (the
+    fp32 weights convert_pt2e leaves behind). The all-zero zero points stay (:data:`WHY_PT2E_FORMAT`).
+    Returns what was done."""
+    dropped: list[str] = []
     for node in list(gm.graph.nodes):
         if node.op == "get_attr" and not node.users:
             gm.graph.erase_node(node)
