@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.lab-installed
 PORT   ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: venv docs test test-avx2 test-fast notebooks dashboard lab bench bench-quick bench-gpu quality clean
+.PHONY: venv docs test test-avx2 test-fast notebooks notebooks-docs dashboard lab bench bench-quick bench-gpu quality clean
 
 venv: $(STAMP)
 
@@ -49,6 +49,13 @@ notebooks: venv
 			-p no:randomly -p no:cacheprovider --nbval-lax --timeout=1800 --durations=0 $(PYTEST_ARGS) "$$nb" \
 			&& ok=passed || { ok=FAILED; fail=1; }; \
 		echo "make notebooks: $$nb $$ok in $$(( $$(date +%s) - start )) s (default size)"; done; exit $$fail
+
+# The executed copies the docs site renders (docs/notebooks/, committed like benchmarks/results/): each notebook
+# at its default size as above, stamped with the hardware id and git SHA (lab/teach/render.py), its time printed;
+# a failing notebook keeps its previous copy and fails the target. One: NOTEBOOKS=notebooks/03_pruning.ipynb
+notebooks-docs: venv
+	env -u LAB_FAST LAB_SOLUTIONS=1 TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor $(PY) -m lab.teach.render \
+		--out docs/notebooks $(NOTEBOOKS)
 
 dashboard: venv
 	$(PY) -m streamlit run dashboard/app.py --server.address 127.0.0.1 --server.port $(PORT) \

@@ -16,7 +16,7 @@ import pandas as pd
 
 from lab.ablation.record import AblationRecord, ArmRecord, Ratio, build_record, fmt_ratio
 from lab.ablation.summary import SPEED_AXIS, stored_latency_key, summarize
-from lab.measure import median
+from lab.measure import bootstrap_ci, bootstrap_ratio_ci, median
 from lab.result import RunResult
 
 #: Readable names of the speed columns.
@@ -144,13 +144,23 @@ def _sig_signed(x: Any) -> str:
     return "" if math.isnan(v) else f"{v:+.2g}"
 
 
+def _median_ci(samples: list[float]) -> str:
+    """``median [lo, hi]`` at 3 significant digits; one sample is no interval."""
+    if len(samples) < 2:
+        return f"{_sig(median(samples), 3)} (n = {len(samples)}: no interval)"
+    est, lo, hi = bootstrap_ci(samples)
+    return f"{est:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
 def technique_table(runs: dict[str, RunResult], reference: RunResult | None = None) -> pd.DataFrame:
     """A technique notebook's side-by-side table (the MIT labs' staple): one row per run with its latency
     (median ms at the largest batch it stored), its inference speedup with the 95 % CI (the record's paired
     figure: against its own float / dense model in the same process, else against ``reference``), size (against
     ``reference``, or an int8 run's own float model: ``details["quant"]["size_ratio"]``), MACs per sample, and
     accuracy with its loss in points (the paired 95 % CI an int8 run stores over the test set; one run against
-    ``reference`` has no interval)."""
+    ``reference`` has no interval). Latency and training step carry the 95 % bootstrap CI of their median over
+    the run's own samples (timed batches, measured steps): within-run noise, not run-to-run; the step speedup
+    against ``reference`` resamples both runs' steps (a data-loading or precision notebook's headline figure)."""
     rows = []
     for name, r in runs.items():
         arms = {"baseline": [reference if reference is not None else r], name: [r]}
@@ -167,10 +177,15 @@ def technique_table(runs: dict[str, RunResult], reference: RunResult | None = No
             loss = f"{acc['loss_pts']:+.2g} pt [{acc['ci_lo']:+.2g}, {acc['ci_hi']:+.2g}]"
         else:
             loss = f"{row['acc_loss_pt']:+.2g} pt (n = 1: no interval)" if reference is not None else ""
+        steps = r.measured_ms()
+        ref_steps = reference.measured_ms() if reference is not None else []
+        step_up = Ratio(*bootstrap_ratio_ci(ref_steps, steps)) if ref_steps and steps and r is not reference else None
         rows.append({
             "Run": name, "Workload": r.workload,
-            "Latency (ms)": f"{_sig(median(r.latency_ms[key]), 3)} at {key.replace('_', ' ')}"
+            "Latency (ms, 95 % CI)": f"{_median_ci(r.latency_ms[key])} at {key.replace('_', ' ')}"
             if r.latency_ms.get(key) else "",
+            "Training step (ms, 95 % CI)": _median_ci(steps) if steps else "",
+            "Step speedup (x, 95 % CI)": "1x (reference)" if r is reference else step_up.text if step_up else "",
             "Inference speedup (x, 95 % CI)": inf.text if inf is not None else "",
             "Against": rec.paired_what or ("the reference run" if inf is not None else ""),
             "Size": size.text if size is not None else "",
