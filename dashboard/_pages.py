@@ -1,11 +1,15 @@
-"""Every tab of the dashboard is a page: a ``dashboard/page_*.py`` defining ``TITLE: str`` and
-``render() -> None``, the built-in ones (:data:`ORDER`, in that order: the Ablation tab first) as much as the
-others (then sorted by file name), plus those in the folders of ``LAB_DASHBOARD_PAGES``
-(``os.pathsep``-separated), last; one tab each.
+"""Every tab of the dashboard is a page: a ``dashboard/page_*.py`` defining ``TITLE: str`` and ``render()
+-> None`` (and, optionally, a short ``TAB`` label for the tab row; ``TITLE`` otherwise), the built-in ones
+(:data:`ORDER`, in that order: the Ablation tab first) as much as the others (then sorted by file name), plus
+those in the folders of ``LAB_DASHBOARD_PAGES`` (``os.pathsep``-separated), last; one tab each.
 
 Why discovery: each family's page is written (and tested) on its own, and the app gains its tab without an
 edit here. A page that fails to import, lacks ``TITLE`` / ``render``, or raises while it draws, becomes a
 tab that shows the error (:func:`show`): one broken page must not take the whole dashboard down.
+
+Why a separate ``TAB``: at 1280 px the main column is about 820 px wide and the tab row scrolled sideways with
+the pages' full titles (the last tabs hidden behind an arrow); a page keeps its full title as its header and
+shows a short label in the row. Keep a new page's label short too (one word where it can).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ class Page:
     title: str
     render: Callable[[], None] | None = None
     error: str | None = None
+    tab: str = ""  # the tab row's label: the page's TAB, else its title
+
+    def __post_init__(self) -> None:
+        self.tab = self.tab or self.title
 
 
 def _folders() -> list[Path]:
@@ -62,7 +70,8 @@ def _load(path: Path) -> Page:
             return Page(path, fallback, error=f"{path.name} defines no TITLE string")
         if not callable(render):
             return Page(path, title, error=f"{path.name} defines no render() function")
-        return Page(path, title, render=render)
+        tab = getattr(module, "TAB", None)
+        return Page(path, title, render=render, tab=tab.strip() if isinstance(tab, str) and tab.strip() else title)
     except Exception as exc:  # a broken page: its tab says why, the others still work
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3))
         return Page(path, fallback, error=f"{path.name} failed to import: {type(exc).__name__}: {exc}\n\n{tb}")

@@ -55,7 +55,7 @@ def draw() -> Choices:
         # 800 px, and the typed workload (read first, so the list below already has it) comes last
         arms_box, run_box, options_box, own_box = st.container(), st.container(), st.container(), st.container()
     with own_box:
-        wl_spec = st.text_input("Add your workload", key="wl_spec", placeholder="path/to/file.py:NAME or module:NAME",
+        wl_spec = st.text_input("Add your workload", key="wl_spec", placeholder="file.py:NAME or module:NAME",
                                 help="A Workload, a function returning one, or a list (docs/workloads.md: Bring "
                                      "your own workload). LAB_WORKLOADS=SPEC[,SPEC] when starting the dashboard "
                                      "adds them for every session.")

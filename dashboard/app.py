@@ -14,11 +14,11 @@ Default: recipe ``stacked`` on ``ctr`` at size ``tiny``, 3 repeats (the smallest
 tests/e2e/test_browser.py on a busy machine); 1 repeat is a labelled preview that crowns nothing; ``small`` with
 3 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores).
 
-This file only draws the sidebar (``_sidebar``) and one tab per page module: every tab, the built-in ones
-too, is a ``dashboard/page_*.py`` with ``TITLE`` and ``render()`` (``_pages``: the ablation, stored runs, the
-scaling model, data loading and the performance report first, then the others by file name, then those in
-``LAB_DASHBOARD_PAGES``). Long work runs in the background worker (``_lifecycle``), never in this script;
-every page shares one store handle (``_shared.store()``, ``st.cache_resource``).
+This file only draws the sidebar (``_sidebar``) and one tab per page module: every tab, the built-in ones too,
+is a ``dashboard/page_*.py`` with ``TITLE`` and ``render()``, a short ``TAB`` label optional (``_pages``: the
+ablation, stored runs, the scaling model, data loading and the performance report first, then the others by file
+name, then those in ``LAB_DASHBOARD_PAGES``). Long work runs in the background worker (``_lifecycle``), never in
+this script; every page shares one store handle (``_shared.store()``, ``st.cache_resource``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ st.caption("Which combination of techniques buys the most speed for the least ac
 _sidebar.draw()
 try:
     PAGES = _pages.discover()
-    for page, tab in zip(PAGES, st.tabs([p.title for p in PAGES]), strict=True):
+    for page, tab in zip(PAGES, st.tabs([p.tab for p in PAGES]), strict=True):
         with tab:
             _pages.show(page)
 finally:

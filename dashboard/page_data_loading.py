@@ -22,6 +22,7 @@ from lab.plots.data import phase_bars, wait_timeline
 from lab.registry import LOADERS, STORAGES
 
 TITLE = "Data loading"
+TAB = "Loading"  # the tab row's label, short so the row fits at 1280 px (_pages)
 LANE = _lifecycle.DATA
 
 

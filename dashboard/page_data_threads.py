@@ -17,6 +17,7 @@ from lab.data.studies.threads import grid_rows, load_grids, recommend
 from lab.measure import environment_stamp
 
 TITLE = "Workers vs threads"
+TAB = "Threads"  # the tab row's label, short so the row fits at 1280 px (_pages)
 
 
 def render() -> None:

@@ -20,6 +20,7 @@ from lab.plots.report import (
 )
 
 TITLE = "Performance report"
+TAB = "Report"  # the tab row's label, short so the row fits at 1280 px (_pages)
 
 
 def render() -> None:

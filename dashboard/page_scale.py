@@ -37,6 +37,7 @@ def _g3(x: Any) -> Any:
 
 
 TITLE = "Where does it pay?"
+TAB = "Where it pays"  # the tab row's label, short so the row fits at 1280 px (_pages)
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 ENV_VAR = "LAB_CROSSOVER_JSON"
 THREADS_ENV_VAR = "LAB_CROSSOVER_THREADS_JSON"

@@ -11,6 +11,7 @@ from lab.plots.distributed import scaling_curves
 from lab.plots.report import load_reports
 
 TITLE = "Scaling model"
+TAB = "Scaling"  # the tab row's label, short so the row fits at 1280 px (_pages)
 
 
 def measured_model_error() -> float | None:

@@ -13,6 +13,7 @@ from lab.ablation.record import build_record
 from lab.plots import speedup_vs_accuracy
 
 TITLE = "Stored runs"
+TAB = "Runs"  # the tab row's label, short so the row fits at 1280 px (_pages)
 
 
 def render() -> None:

@@ -23,6 +23,8 @@ from lab.config import DataConfig  # noqa: E402
 DASH = Path(__file__).resolve().parents[2] / "dashboard"
 APP = str(DASH / "app.py")
 BUILT_IN = ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report"]
+#: Their tab labels (``TAB``): short, so the row fits at 1280 px (tests/e2e/test_browser.py measures it).
+BUILT_IN_TABS = ["Ablation", "Runs", "Scaling", "Loading", "Report"]
 
 
 def _pages_module(monkeypatch):
@@ -52,7 +54,9 @@ def test_every_tab_is_a_page_module_with_a_title_and_render_in_the_tabs_order(mo
         assert not functions["render"].args.args, f"{page.path.name}: render() takes no arguments"
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, at.exception
-    assert [t.label for t in at.tabs] == [p.title for p in pages]  # app.py draws exactly the page list
+    assert [p.tab for p in pages[:5]] == BUILT_IN_TABS
+    assert all(len(p.tab) <= 14 for p in pages), [p.tab for p in pages]  # a long label scrolls the row
+    assert [t.label for t in at.tabs] == [p.tab for p in pages]  # app.py draws exactly the page list
 
 
 def _calls_and_imports(path: Path) -> tuple[set[str], set[str]]:
