@@ -10,7 +10,9 @@ one place that knows whether a job is running and how far it got.
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,15 +119,31 @@ def progress_line(job: dict[str, Any]) -> tuple[float, str]:
                             f"heartbeat {job['age_s']:.0f} s ago")
 
 
+def worker_line(job: dict[str, Any], noun: str) -> str:
+    """The caption above a running job: which process runs it and where its log is. The pid is the worker's
+    only once it has adopted the job (status ``running``); until then the row holds the pid of the server
+    that claimed it, which is not the process doing the work, so none is named."""
+    if job["status"] == "running" and job["pid"] != os.getpid():
+        who = f"pid {job['pid']}"
+    else:
+        who = "starting: its pid shows once it has taken the job over"
+    log = log_path(_shared.store().path, job["token"])
+    return (f"The {noun} `{job['key']}` runs in a background worker ({who}; its log: `{log}`): reloading this page "
+            "re-attaches to it; finished runs are stored as they end.")
+
+
 @st.fragment(run_every=REFRESH_S)
-def live_progress(key: str) -> None:
-    """Redrawn every second while the job runs; a full rerun when it ends shows the results."""
+def live_progress(key: str, so_far: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Redrawn every second while the job runs, with ``so_far(job)`` under the progress line (the figures of
+    the runs finished so far); a full rerun when it ends shows the results."""
     found = jobs.job(_shared.store(), key)
     if found is None or not found["live"]:
         st.rerun()
     frac, line = progress_line(found)
     st.progress(frac, text="running" + (" (cancel requested: stops before the next step)" if found["cancel"] else ""))
     st.markdown(line)
+    if so_far is not None:
+        so_far(found)
 
 
 def ended_badly(job: dict[str, Any], noun: str) -> None:
@@ -144,7 +162,7 @@ def ended_badly(job: dict[str, Any], noun: str) -> None:
 def worker_log_tail(job: dict[str, Any], lines: int = 15) -> str:
     """The end of the job's worker log (empty when there is none): why a worker died without a word."""
     try:
-        text = log_path(job["token"]).read_text(errors="replace")
+        text = log_path(_shared.store().path, job["token"]).read_text(errors="replace")
     except OSError:
         return ""
     return "\n".join(text.strip().splitlines()[-lines:])

@@ -6,6 +6,7 @@ crossover map predicted for each arm beside what the ablation measured (:func:`s
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ import _shared
 import streamlit as st
 
 from lab import crossover
-from lab.ablation import interaction_effects, pareto_front
+from lab.ablation import interaction_effects, load_ablation, pareto_front, summarize
 from lab.ablation.record import AblationRecord, build_record
+from lab.ablation.runner import from_spec
 from lab.crossover.versus import ARM_TO_TECHNIQUE, AXIS_COLUMN
 from lab.doctor.rates import crossover_path
 from lab.measure import environment_stamp
@@ -103,6 +105,41 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
         show_details(runs_by_arm, record)
     st.download_button("Download CSV (every column, full precision)", df.to_csv(index=False),
                        file_name="ablation.csv", mime="text/csv", key="download")
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _so_far(store_path: str, key: str, done: int, spec_json: str) -> tuple[Any, dict, int] | None:
+    """(table, runs, arms that ran) of a running ablation after ``done`` runs, built once per finished run
+    (the progress fragment redraws every second; the store is read again only when a run was added)."""
+    ablation, repeats, seeds = from_spec(json.loads(spec_json))
+    runs = load_ablation(ablation, _shared.store(), repeats, seeds)
+    if not runs.get("baseline"):
+        return None
+    df = summarize(runs, techniques=ablation.techniques, axes=ablation.axes)
+    return df, runs, sum(1 for rs in runs.values() if rs)
+
+
+def show_so_far(job: dict[str, Any]) -> None:
+    """While an ablation runs: the figures of the arms that have finished runs, as they arrive ("n of m arms"),
+    read from the same record as the final view; no verdict until every run is in (a partial design is not
+    interleaved over its last rounds yet, so its intervals are wider and its order effects unbalanced)."""
+    state = job.get("state") or {}
+    done, total = int(state.get("done") or 0), int(state.get("total") or 0)
+    found = _so_far(str(_shared.store().path), job["key"], done, _json(job["spec"])) if done else None
+    if found is None:
+        n_arms = len(from_spec(job["spec"])[0].arms)
+        st.caption(f"Figures so far: none yet (0 of {n_arms} arms; the baseline's first run comes first).")
+        return
+    df, runs, ran = found
+    record = build_record(df, runs)
+    st.markdown(f"**Figures so far: {ran} of {len(runs)} arms** have a finished run ({done} of {total} runs). "
+                "Intervals tighten as repeats arrive; the verdict comes when every run is in.")
+    st.plotly_chart(speedup_bars(df, record=record), key="so_far_chart")
+    show_table(df, "so_far_table", record)
+
+
+def _json(spec: Any) -> str:
+    return json.dumps(spec, sort_keys=True)
 
 
 def show_details(runs_by_arm: dict, record: AblationRecord | None = None) -> None:

@@ -60,11 +60,9 @@ def render() -> None:
                 "accuracy noise band.")
         return
     if c.running:
-        # the lock's pid is this server's until the worker adopts it (status "running")
-        who = f"pid {job['pid']}" if job["status"] == "running" else "starting"
-        st.caption(f"Ablation `{job['key']}` on workload **{c.workload}** runs in a background worker ({who}): "
-                   "reloading this page re-attaches to it; finished runs are stored as they end.")
-        _lifecycle.live_progress(job["key"])
+        workload = (job.get("spec") or {}).get("baseline", {}).get("workload") or c.workload
+        st.caption(f"Workload **{workload}**. " + _lifecycle.worker_line(job, "ablation"))
+        _lifecycle.live_progress(job["key"], _views.show_so_far)  # the first arms' figures as they arrive
         return
     _lifecycle.ended_badly(job, "ablation")
     store = _shared.store()

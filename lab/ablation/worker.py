@@ -36,15 +36,24 @@ from lab.train import run
 BATCH = "batch"
 
 
-def log_path(token: str) -> Path:
-    """Where the worker of the job with ``token`` writes its stderr (what a page shows when it died)."""
-    return Path(tempfile.gettempdir()) / f"lab-ablation-{token[:12]}.log"
+def log_path(store_path: str | os.PathLike[str], token: str) -> Path:
+    """Where the worker of the job with ``token`` writes its stderr (what a page shows when it died):
+    ``logs/worker-<token>.log`` beside the results store (``results/logs/`` for ``results/lab.sqlite``).
+
+    Why beside the store and not the system temp folder: the log belongs to the results it explains (it
+    travels, and is cleaned, with them; a temp folder is emptied at reboot and shared by every user), and the
+    store's path is the one thing the dashboard and its worker already agree on. An in-memory store has no
+    folder: its workers' logs go to the temp folder."""
+    where = str(store_path)
+    folder = Path(tempfile.gettempdir()) if where in ("", ":memory:") else Path(where).resolve().parent / "logs"
+    return folder / f"worker-{token[:12]}.log"
 
 
 def start(store_path: str | os.PathLike[str], key: str, token: str) -> subprocess.Popen:
     """Launch the worker for a claimed job (the caller holds ``token``) in its own session, so it
     outlives a script rerun; its stderr goes to :func:`log_path`."""
-    log = log_path(token)
+    log = log_path(store_path, token)
+    log.parent.mkdir(parents=True, exist_ok=True)
     root = str(Path(__file__).resolve().parents[2])  # the checkout (or site-packages) that holds ``lab``
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     with open(log, "wb") as err:

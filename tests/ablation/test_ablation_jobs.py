@@ -180,7 +180,9 @@ def test_the_worker_runs_a_claimed_batch_and_stops_it_on_cancel(private_store):
         token = jobs.claim(store, key, spec=spec)
         assert worker.start(private_store, key, token).wait(timeout=240) == 0
         job = jobs.job(store, key)
-        assert job["status"] == "done" and job["pid"] != os.getpid(), worker.log_path(token).read_text()
+        log = worker.log_path(private_store, token)
+        assert log.parent == private_store.parent / "logs" and log.is_file()  # beside the store, not in /tmp's root
+        assert job["status"] == "done" and job["pid"] != os.getpid(), log.read_text()
         assert [r.status for r in worker.batch_results(store, job).values()] == ["ok", "ok"]
         token = jobs.claim(store, key, spec=spec)  # again, cancelled before the worker's first step
         assert jobs.request_cancel(store, key)

@@ -317,11 +317,13 @@ def test_a_worker_that_died_is_reported_and_its_lock_expired(private_store):
         token = jobs.claim(store, ab.key, spec=to_spec(ab, 1, [0]))
         with store.transaction() as conn:  # its last heartbeat long ago: the worker is gone
             conn.execute("UPDATE jobs SET heartbeat = ?", (_time.time() - 10 * jobs.STALE_S,))
-    log_path(token).write_text("Traceback (most recent call last):\nMemoryError: the worker ran out of memory\n")
+    log = log_path(private_store, token)  # beside the store: results/logs/worker-<token>.log
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("Traceback (most recent call last):\nMemoryError: the worker ran out of memory\n")
     try:
         at = AppTest.from_file(APP, default_timeout=60).run()
     finally:
-        log_path(token).unlink()
+        log.unlink()
     assert not at.exception and not at.button(key="run").disabled  # the lock expired: Run works again
     assert any("worker died without a word" in e.value for e in at.error)
     assert any("ran out of memory" in c.value for c in at.code)  # the end of its log says why
