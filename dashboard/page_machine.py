@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from lab.measure import machine
+from lab.plots.machine import peak_table
 
 TITLE = "Machine"
 
@@ -38,7 +39,7 @@ def render() -> None:
                f"{card.torch_version}; kernels {caps.get('aten_capability')}"
                + (f" (capped: {', '.join(caps.get('caps', []))})" if caps.get("caps") else "")
                + f"; measured {card.measured_at}{' (quick)' if card.quick else ''}; int8 kernel: {card.int8_kernel}")
-    _shared.dataframe(pd.DataFrame(machine.peak_rows(card)), key="machine_peaks", hide_index=True)
+    _shared.dataframe(pd.DataFrame(peak_table(card)), key="machine_peaks", hide_index=True)  # rounded as elsewhere
     for sentence in machine.limit_sentences(card):
         st.markdown(f"- {sentence}")
     for note in card.notes:

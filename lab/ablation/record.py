@@ -61,6 +61,21 @@ def fmt_ratio(value: float, lo: float = math.nan, hi: float = math.nan) -> str:
     return f"{value:.3g}x"
 
 
+def fmt_sig(value: Any, digits: int = 3) -> str:
+    """A figure without an interval at ``digits`` significant digits, never in exponent form: ``191``, ``15.4``,
+    ``0.775``, ``1370`` (``.3g`` would print ``1.37e+03``); empty when missing. The rounding ``fmt_ratio``
+    uses without an interval, for the pages' absolute figures (GFLOP/s, GB/s, microseconds)."""
+    if not _finite(value):
+        return ""
+    v = float(value)
+    if v == 0:
+        return "0"
+    exp = math.floor(math.log10(abs(v)))
+    if exp >= digits - 1:
+        return f"{round(v, digits - 1 - exp):.0f}"
+    return f"{v:.{digits}g}"
+
+
 @dataclass(frozen=True)
 class Ratio:
     """A ratio that is better when >= 1, with its optional 95 % interval and the words for its direction."""
@@ -260,4 +275,5 @@ def build_record(df: pd.DataFrame, runs: dict[str, list[RunResult]] | None = Non
     return AblationRecord(arms=arms, table=df, hardware_ids=hw, workload=workload)
 
 
-__all__ = ["AA_LABEL", "AblationRecord", "ArmRecord", "Ratio", "build_record", "decimals_for", "fmt_ratio"]
+__all__ = ["AA_LABEL", "AblationRecord", "ArmRecord", "Ratio", "build_record", "decimals_for", "fmt_ratio",
+           "fmt_sig"]
