@@ -152,47 +152,77 @@ def _median_ci(samples: list[float]) -> str:
     return f"{est:.3g} [{lo:.3g}, {hi:.3g}]"
 
 
-def technique_table(runs: dict[str, RunResult], reference: RunResult | None = None) -> pd.DataFrame:
-    """A technique notebook's side-by-side table (the MIT labs' staple): one row per run with its latency
-    (median ms at the largest batch it stored), its inference speedup with the 95 % CI (the record's paired
-    figure: against its own float / dense model in the same process, else against ``reference``), size (against
-    ``reference``, or an int8 run's own float model: ``details["quant"]["size_ratio"]``), MACs per sample, and
-    accuracy with its loss in points (the paired 95 % CI an int8 run stores over the test set; one run against
-    ``reference`` has no interval). Latency and training step carry the 95 % bootstrap CI of their median over
-    the run's own samples (timed batches, measured steps): within-run noise, not run-to-run; the step speedup
-    against ``reference`` resamples both runs' steps (a data-loading or precision notebook's headline figure)."""
+def _runs(x: RunResult | list[RunResult] | None) -> list[RunResult]:
+    return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def technique_table(runs: dict[str, RunResult | list[RunResult]],
+                    reference: RunResult | list[RunResult] | None = None) -> pd.DataFrame:
+    """A technique notebook's side-by-side table (the MIT labs' staple): one row per arm (one run, or a list of
+    interleaved repeats pooled) with its latency (median ms at the largest batch it stored), its inference
+    speedup with the 95 % CI (the record's paired figure: against its own float / dense model in the same
+    process, else against ``reference``), size (against ``reference``, or an int8 run's own float model:
+    ``details["quant"]["size_ratio"]``), MACs per sample, and accuracy with its loss in points (the paired
+    95 % CI an int8 run stores over the test set; against ``reference``, the seeds' bootstrap CI from three runs
+    each, else "no interval"). Latency and training step carry the 95 % bootstrap CI of their median over the
+    arm's own samples (timed batches, measured steps): step-to-step noise, not run-to-run; the step speedup
+    against ``reference`` resamples both arms' steps (a data-loading or precision notebook's headline figure)."""
+    ref = _runs(reference)
+    ref_steps = [t for x in ref for t in x.measured_ms()]
     rows = []
-    for name, r in runs.items():
-        arms = {"baseline": [reference if reference is not None else r], name: [r]}
+    for name, arm in runs.items():
+        rs = _runs(arm)
+        r, is_ref = rs[0], bool(ref) and rs == ref
+        arms = {"baseline": ref or rs, name: rs}
         df = summarize(arms)
         rec = build_record(df, arms).arms[name]
         row = df.set_index("arm").loc[name]
-        key = stored_latency_key([r])
+        key = stored_latency_key(rs)
+        lat = [t for x in rs for t in x.latency_ms.get(key, [])]
         quant = r.details.get("quant") or {}
         acc = (quant.get("accuracy") or {}).get(r.metric_name) or {}
-        inf = rec.paired or (rec.speed.get("infer_speedup") if reference is not None else None)
-        size = (rec.size if reference is not None else
+        inf = rec.paired or (rec.speed.get("infer_speedup") if ref else None)
+        size = (rec.size if ref else
                 Ratio(quant["size_ratio"], better="smaller", worse="larger") if quant.get("size_ratio") else None)
         if acc:
             loss = f"{acc['loss_pts']:+.2g} pt [{acc['ci_lo']:+.2g}, {acc['ci_hi']:+.2g}]"
+        elif ref and not math.isnan(_num(row["acc_loss_lo"])):
+            loss = f"{row['acc_loss_pt']:+.2g} pt [{row['acc_loss_lo']:+.2g}, {row['acc_loss_hi']:+.2g}]"
         else:
-            loss = f"{row['acc_loss_pt']:+.2g} pt (n = 1: no interval)" if reference is not None else ""
-        steps = r.measured_ms()
-        ref_steps = reference.measured_ms() if reference is not None else []
-        step_up = Ratio(*bootstrap_ratio_ci(ref_steps, steps)) if ref_steps and steps and r is not reference else None
+            loss = f"{row['acc_loss_pt']:+.2g} pt (n = {len(rs)}: no interval)" if ref else ""
+        steps = [t for x in rs for t in x.measured_ms()]
+        step_up = Ratio(*bootstrap_ratio_ci(ref_steps, steps)) if ref_steps and steps and not is_ref else None
+        metric = row.get("metric")
         rows.append({
             "Run": name, "Workload": r.workload,
-            "Latency (ms, 95 % CI)": f"{_median_ci(r.latency_ms[key])} at {key.replace('_', ' ')}"
-            if r.latency_ms.get(key) else "",
+            "Latency (ms, 95 % CI)": f"{_median_ci(lat)} at {key.replace('_', ' ')}" if lat else "",
             "Training step (ms, 95 % CI)": _median_ci(steps) if steps else "",
-            "Step speedup (x, 95 % CI)": "1x (reference)" if r is reference else step_up.text if step_up else "",
+            "Step speedup (x, 95 % CI)": "1x (reference)" if is_ref else step_up.text if step_up else "",
             "Inference speedup (x, 95 % CI)": inf.text if inf is not None else "",
             "Against": rec.paired_what or ("the reference run" if inf is not None else ""),
             "Size": size.text if size is not None else "",
             "MACs per sample": _sig(r.macs_per_sample, 3),
             "MACs if zeros skipped": rec.macs_if_skipped.text if rec.macs_if_skipped else "",
-            "Metric": f"{r.metric_name} {_sig(r.metric, 3)}" if r.metric is not None else "",
+            "Metric": f"{r.metric_name} {_sig(metric, 3)}" if metric is not None and _sig(metric) else "",
             "Accuracy loss (95 % CI)": loss,
         })
     out = pd.DataFrame(rows)
     return out.loc[:, [c for c in out.columns if (out[c] != "").any()]] if len(out) else out
+
+
+def crossover_table(the_map: dict[str, Any], workload: str, axis: str = "inference") -> pd.DataFrame:
+    """07's side-by-side table: one row per (rung, technique) of ``workload`` on ``axis`` in a crossover map
+    (:func:`lab.crossover.build_map`), smallest model first: parameters, MACs per sample, the fp32 and the
+    technique's median time, the speedup with its 95 % CI (the map's interleaved repeats) and the regime.
+    Accuracy is not a column: the map times steps, it trains nothing to convergence."""
+    rows = sorted((r for r in the_map.get("rows", []) if r["workload"] == workload and r["axis"] == axis),
+                  key=lambda r: (r["params"], r["technique"]))
+    out = pd.DataFrame([{
+        "Rung": r["rung"], "Technique": r["technique"], "Parameters": f"{r['params']:,}",
+        "MACs per sample": _sig(r.get("macs_per_sample"), 3),
+        "fp32 (ms)": _sig(r.get("base_ms"), 3), "Technique (ms)": _sig(r.get("tech_ms"), 3),
+        "Speedup (x, 95 % CI)": Ratio(_num(r.get("speedup")), _num(r.get("ci_lo")), _num(r.get("ci_hi"))).text
+        if r.get("speedup") is not None else "not measured",
+        "Regime": _text(r.get("regime")),
+    } for r in rows])
+    return out

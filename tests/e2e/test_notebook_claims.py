@@ -7,8 +7,8 @@ What the scan leaves out, and why:
 - code (fenced blocks and inline code spans): code is run, not typed prose;
 - a quotation ("int8 is 2–3× faster"): the claim under test, in the words of whoever made it; the notebook's
   job is to measure it, not to hide it;
-- ``95 % CI`` / ``95 % confidence`` / ``95 % interval``: the confidence level, a definition the library
-  chooses (``lab.measure.bootstrap_ratio_ci``), not a measurement.
+- ``95 % CI`` / ``95 % confidence`` / ``95 % interval`` (``95 % bootstrap CI`` too): the confidence level, a
+  definition the library chooses (``lab.measure.bootstrap_ratio_ci``), not a measurement.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ SPAN = re.compile(r"`[^`\n]*`")
 #: A quotation within one paragraph (straight or curly quotes; it may wrap a line, not cross a blank one).
 QUOTE = re.compile(r'"(?:[^"\n]|\n(?![ \t]*\n))*"|“[^”]*”')
 #: The confidence level of an interval.
-CONFIDENCE = re.compile(r"\b95\s?%\s+(?:CIs?|confidence|interval)\b")
+CONFIDENCE = re.compile(r"\b95\s?%\s+(?:bootstrap\s+)?(?:CIs?|confidence|interval)\b")
 NUMBER = r"\d+(?:[.,]\d+)*(?:\s?[–-]\s?\d+(?:[.,]\d+)*)?"
 #: A figure: a number followed by ×, x, %, ms or s (as a unit, not "5 steps"), or × followed by a number.
 FIGURE = re.compile(rf"(?<![\w.]){NUMBER}\s?(?:×|x\b|%|ms\b|s\b)|×\s?\d")
@@ -61,6 +61,7 @@ def test_the_scan_flags_typed_figures(text, found):
 @pytest.mark.parametrize("text", [
     'An interview answer claims "int8 is 2–3× faster".',
     "the bootstrap 95 % CI of the ratio, and a 95 %\ninterval",
+    "the median with its 95 % bootstrap CI over the steps",
     "Speedup = `median(a) / median(b)`; run `lab ablate --repeats 3` (`3 s` in code)",
     "```python\nprint(f'{x:.2f}x')  # 2x\n```",
     "5 steps, 2 seeds, 3 repeats, one epoch, batch 512, 16 threads",

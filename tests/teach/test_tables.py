@@ -4,12 +4,19 @@ is left out."""
 
 from __future__ import annotations
 
+import dataclasses
+import types
+
 import pandas as pd
 import pytest
 
+from lab import RunConfig
 from lab.measure import bootstrap_ci, bootstrap_ratio_ci
-from lab.plots.tables import technique_table
+from lab.plots.tables import crossover_table, technique_table
+from lab.recipes import from_techniques
 from lab.result import RunResult
+from lab.store import ResultStore
+from lab.teach.runs import verification_runs
 
 
 def _run(steps: list[float], lat: list[float], metric: float, *, nbytes: int = 400, macs: int = 40,
@@ -60,3 +67,43 @@ def test_the_table_follows_the_samples(wrong: float) -> None:  # a table typed o
     table = technique_table({"b": base, "o": other}, reference=base).set_index("Run")
     text = table.loc["o", "Step speedup (x, 95 % CI)"]
     assert text.startswith(f"{1 / wrong:.2g}")
+
+
+def test_repeats_are_pooled_and_two_seeds_each_give_the_accuracy_interval() -> None:
+    base = [_run(BASE_STEPS, [], m) for m in (0.90, 0.91, 0.905)]
+    arm = [_run(FAST_STEPS, [], m) for m in (0.88, 0.87, 0.875)]
+    row = technique_table({"fp32": base, "bf16": arm}, reference=base).set_index("Run").loc["bf16"]
+    ratio, lo, hi = bootstrap_ratio_ci(BASE_STEPS[1:] * 3, FAST_STEPS[1:] * 3)
+    assert row["Step speedup (x, 95 % CI)"].startswith(f"{ratio:.2g}")
+    assert row["Accuracy loss (95 % CI)"].startswith("+3 pt [")  # medians 0.905 vs 0.875
+
+
+def test_crossover_table_reads_the_map_rows_of_one_workload_and_axis_smallest_first() -> None:
+    the_map = {"rows": [
+        {"workload": "mlp", "rung": "m", "params": 5000, "macs_per_sample": 4900.0, "technique": "bf16",
+         "axis": "inference", "speedup": 1.5, "ci_lo": 1.2, "ci_hi": 1.8, "base_ms": 3.0, "tech_ms": 2.0,
+         "regime": "compute-bound"},
+        {"workload": "mlp", "rung": "xs", "params": 50, "macs_per_sample": 49.0, "technique": "bf16",
+         "axis": "inference", "speedup": 0.8, "ci_lo": 0.7, "ci_hi": 0.9, "base_ms": 1.0, "tech_ms": 1.25,
+         "regime": "dispatch-bound"},
+        {"workload": "mlp", "rung": "xs", "params": 50, "macs_per_sample": 49.0, "technique": "bf16",
+         "axis": "train_step", "speedup": 9.0, "ci_lo": 8.0, "ci_hi": 10.0, "base_ms": 9.0, "tech_ms": 1.0},
+        {"workload": "ctr", "rung": "xs", "params": 7, "macs_per_sample": 7.0, "technique": "bf16",
+         "axis": "inference", "speedup": None, "ci_lo": None, "ci_hi": None, "base_ms": 1.0, "tech_ms": None}]}
+    table = crossover_table(the_map, "mlp", "inference")
+    assert list(table["Rung"]) == ["xs", "m"] and list(table["Parameters"]) == ["50", "5,000"]
+    assert list(table["Speedup (x, 95 % CI)"]) == ["0.8x [0.7, 0.9]", "1.5x [1.2, 1.8]"]
+    assert list(table["Regime"]) == ["dispatch-bound", "compute-bound"]
+    assert crossover_table(the_map, "ctr")["Speedup (x, 95 % CI)"].tolist() == ["not measured"]
+
+
+def test_verification_runs_reads_back_each_arm_of_the_doctors_ablation(tmp_path) -> None:
+    cfg = RunConfig(workload="ctr", size="tiny", threads=1)
+    ablation = from_techniques("doctor", cfg, [["bf16"], ["prefetch"]])
+    store = ResultStore(tmp_path / "lab.sqlite")
+    for i, (arm, rep) in enumerate([("baseline", 0), ("baseline", 1), ("bf16", 0), ("prefetch", 1), ("aa", 0)]):
+        store.add(dataclasses.replace(_run(BASE_STEPS, [], 0.9), run_id=f"{i:032d}"), label=ablation.label(arm, rep))
+    store.add(dataclasses.replace(_run(BASE_STEPS, [], 0.9), run_id="9" * 32), label="another ablation")
+    d = types.SimpleNamespace(cfg=cfg)
+    got = verification_runs(d, [{"technique": "bf16"}, {"technique": "prefetch"}], repeats=2, store=store)
+    assert {arm: len(rs) for arm, rs in got.items()} == {"baseline": 2, "bf16": 1, "prefetch": 1, "aa": 1}
