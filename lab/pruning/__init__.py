@@ -96,6 +96,10 @@ def _prune_and_finetune(ctx: TrainContext, model: nn.Module) -> nn.Module:
         info["metric_dense"] = ctx.evaluate(model)[metric_name]
         prune(model, pcfg, example_inputs=example, scopes=ctx.workload.prune_scopes)
     if pcfg.method == "structured_channels":  # output widths before -> after, per candidate layer
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+            info["metric_pruned_stale_batchnorm"] = ctx.evaluate(model)[metric_name]
+            info["batchnorm_recalibrated"] = channels.recalibrate_batchnorm(
+                model, ctx.data.train, ctx.resolved.batch_size, device)
         mods = dict(model.named_modules())
         info["channels"] = {n: [int(m.weight.shape[0]), int(mods[n].weight.shape[0])] for n, m in
                             channel_prunable_layers(dense, pcfg.layers, ctx.workload.prune_scopes).items() if n in mods}

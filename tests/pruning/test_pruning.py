@@ -326,3 +326,52 @@ def test_prune_config_round_trips_with_layers():
     cfg = RunConfig(prune=PruneConfig(method="l1_unstructured", amount=0.5, layers=("fc", "Conv2d"), norm=2,
                                       schedule="gradual", start_fraction=0.1, end_fraction=0.6, frequency_steps=3))
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_batchnorm_recalibration_matches_the_pruned_activations():
+    """Issue 27: Torch-Pruning keeps each kept channel's running statistics, measured on the dense model whose
+    convolutions read the channels now removed. After recalibration on one batch, eval-mode BatchNorm must
+    normalise exactly as train mode does on that batch (stale statistics do not)."""
+    from lab.pruning.channels import recalibrate_batchnorm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8),
+                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+    x = torch.randn(32, 3, 10, 10)
+    model.train()
+    with torch.no_grad():
+        for _ in range(20):
+            model(x)  # running statistics of the dense model
+    prune_channels(model.eval(), 0.5, example_inputs=(x,))
+    assert model[1].num_features == 4
+    trunk = model[:5]
+
+    def gap() -> float:
+        with torch.no_grad():
+            eval_out = trunk.eval()(x)
+            batch_out = trunk.train()(x)
+        model.eval()
+        return float((eval_out - batch_out).abs().max())
+
+    saved = [copy.deepcopy(m.state_dict()) for m in (model[1], model[4])]
+    stale = gap()
+    for m, s in zip((model[1], model[4]), saved, strict=True):
+        m.load_state_dict(s)  # gap() ran train mode: put the stale statistics back
+    assert recalibrate_batchnorm(model, (x, torch.zeros(32)), 32, torch.device("cpu")) == 2
+    assert model[1].momentum == 0.1 and not model.training
+    with torch.no_grad():
+        eval_out, batch_out = trunk.eval()(x), trunk.train()(x)
+    assert stale > 0.1
+    torch.testing.assert_close(eval_out, batch_out, rtol=5e-3, atol=1e-3)  # running_var is unbiased, batch var not
+
+
+def test_accuracy_why_names_a_fine_tune_outside_the_budget():
+    from lab.pruning.report import accuracy_why
+
+    ft = {"steps": 16, "lr": 2e-4}
+    info = {"finetune": ft, "metric_dense": 0.996, "metric_finetuned": 0.742}
+    why = accuracy_why(info, higher_is_better=True)
+    assert why and "25.4 pt below dense" in why and "16 steps at lr 0.0002" in why and "lr-factor" in why
+    assert info["accuracy_loss_pt"] == pytest.approx(25.4) and info["accuracy_budget_pt"] == 1.0
+    assert accuracy_why({"finetune": ft, "metric_dense": 0.996, "metric_finetuned": 0.99}, True) is None
+    assert accuracy_why({"metric_dense": 0.996, "metric_finetuned": 0.5}, True) is None  # nothing fine-tuned
