@@ -61,8 +61,8 @@ dashboard: venv
 	$(PY) -m streamlit run dashboard/app.py --server.address 127.0.0.1 --server.port $(PORT) \
 		--server.headless true --browser.gatherUsageStats false
 
+# JupyterLab (pinned in [dev], so `make venv` installs it; tests/e2e/test_jupyter_lab.py checks it serves).
 lab: venv
-	$(PY) -m pip install --quiet -e '.[lab]'  # the pinned JupyterLab (the tests need only ipykernel)
 	$(PY) -m jupyter lab notebooks/ --ip 127.0.0.1 $$([ "$$(id -u)" = 0 ] && echo --allow-root)  # Jupyter exits as root without it
 
 bench: venv
