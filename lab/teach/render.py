@@ -59,16 +59,17 @@ def execute_copy(src: Path, out_dir: Path, timeout_s: int = 1800) -> dict[str, A
     import nbformat
     from nbclient import NotebookClient
 
-    from lab.measure import environment_stamp
+    from lab.measure import environment_stamp, git_state
 
     nb = nbformat.read(src, as_version=4)
+    sha, dirty = git_state(Path(__file__).resolve().parents[2])  # now, not environment_stamp's first-call cache
     os.environ["PLOTLY_RENDERER"] = PLOTLY_RENDERER  # the kernel inherits this process's environment
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                    resources={"metadata": {"path": str(src.parent.resolve())}}).execute()
     seconds = time.perf_counter() - t0
-    env = environment_stamp()
+    env = {**environment_stamp(), "git_sha": sha, "git_dirty": dirty}
     strip_outputs(nb)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(stamp_text(src, env, seconds, load)))
     nb.metadata["lab_executed"] = {"hardware_id": env.get("hardware_id"), "git_sha": env.get("git_sha"),
