@@ -132,6 +132,37 @@ def worker_line(job: dict[str, Any], noun: str) -> str:
             "re-attaches to it; finished runs are stored as they end.")
 
 
+def inline_progress(store: ResultStore, prefix: str, label: str) -> Callable[[dict[str, Any]], None]:
+    """A ``progress`` callback for an ablation that runs inside the script (the doctor's Verify): it draws
+    the Ablation tab's progress line (run i/n, arm, repeat, step, time left), read from the job row the
+    ablation keeps in the store under a key starting with ``prefix``, instead of a bare spinner. Redrawn
+    at most twice a second, and after each run."""
+    bar, line = st.progress(0.0, text=label), st.empty()
+    last, seen = [0.0], {}  # seen: what the events said, newer than the row (written once a second)
+
+    def update(event: dict[str, Any]) -> None:
+        ended = event.get("phase") == "ablation"
+        if ended:
+            seen.update(done=event["done"], total=event["total"], arm=event["arm"], step=0, total_steps=None)
+        elif event.get("phase") == "run":
+            inner = event.get("event") or {}
+            seen["arm"] = event.get("arm")
+            if "step" in inner:
+                seen.update(step=inner["step"], total_steps=inner.get("total_steps"))
+        if not ended and time.monotonic() - last[0] < 0.5:
+            return
+        last[0] = time.monotonic()
+        live = [j for j in jobs.live_jobs(store, jobs.ABLATION) if j["key"].startswith(prefix)]
+        if not live:
+            return
+        job = {**live[0], "state": {**live[0]["state"], **seen}}
+        frac, text = progress_line(job)
+        bar.progress(frac, text=label)
+        line.markdown(text)
+
+    return update
+
+
 @st.fragment(run_every=REFRESH_S)
 def live_progress(key: str, so_far: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Redrawn every second while the job runs, with ``so_far(job)`` under the progress line (the figures of

@@ -8,6 +8,7 @@ of the page (any widget change) shows it again without profiling again.
 
 from __future__ import annotations
 
+import _lifecycle
 import _shared
 import pandas as pd
 import streamlit as st
@@ -66,8 +67,12 @@ def render() -> None:
         d.predictions)), key="doctor_k")
     repeats = st.number_input("repeats per arm", min_value=1, max_value=10, value=3, key="doctor_repeats")
     if st.button("Verify", key="doctor_verify"):
-        with st.spinner("interleaved ablation of the baseline and the top predictions ..."):
-            st.session_state["doctor_rows"] = verify(d, int(k), repeats=int(repeats), store=_shared.store())
+        # runs here, not in the worker: lab.doctor sits above lab.ablation (the worker) in the layers, so the
+        # worker cannot call verify(); its ablation's job row in the store still says where it stands
+        show = _lifecycle.inline_progress(_shared.store(), "doctor@", "interleaved ablation of the baseline and "
+                                          "the top predictions")
+        st.session_state["doctor_rows"] = verify(d, int(k), repeats=int(repeats), store=_shared.store(),
+                                                 progress=show)
     rows = st.session_state.get("doctor_rows")
     if rows:
         st.plotly_chart(predicted_vs_measured(rows), key="doctor_pvm")

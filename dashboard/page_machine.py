@@ -27,8 +27,11 @@ def render() -> None:
     quick = st.checkbox("quick (smaller sizes, fewer repeats)", key="machine_quick")
     label = "Measure again" if card else "Measure this machine"
     if st.button(f"{label} (about {machine.ESTIMATE_S[quick]} s)", key="machine_measure"):
-        with st.spinner("timing GEMMs in fp32 / bf16 / fp16 / int8, a triad and a small op ..."):
-            card = machine.machine_card(refresh=True, quick=quick)
+        # in the script, not the worker: 5-15 s, and the card goes to a cache file every process reads; each
+        # stage is said as it starts (which dtype's GEMM, the triad, the small op) instead of a bare spinner
+        with st.status("timing GEMMs in fp32 / bf16 / fp16 / int8, a triad and a small op ...") as status:
+            card = machine.machine_card(refresh=True, quick=quick, progress=status.write)
+            status.update(label="measured", state="complete")
     if card is None:
         st.info(f"No machine card cached for this machine yet ({machine.card_path().name}): press the button, or "
                 "run `python -m lab machine`.")

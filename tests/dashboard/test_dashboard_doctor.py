@@ -1,5 +1,6 @@
 """The Doctor page driven headless through Streamlit's AppTest: it starts with instructions, profiles a tiny
-workload into a breakdown chart and a ranked table, and verifies the top prediction."""
+workload into a breakdown chart and a ranked table, and verifies the top prediction (showing which run of how
+many it is at)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,6 @@ def test_doctor_page_profiles_predicts_and_verifies(private_store, monkeypatch):
     at.button(key="doctor_verify").click().run()
     assert not at.exception, at.exception
     assert "doctor_pvm" in _chart_ids(at)
+    # Verify said where it stood (run i/n, which arm), not only a spinner: its last line stays on the page
+    lines = [m.value for m in at.markdown if m.value.startswith("run ")]
+    assert lines and "run 3/3" in lines[-1] and "arm **" in lines[-1], lines  # baseline, the top-1 and A/A
