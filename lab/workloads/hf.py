@@ -19,7 +19,8 @@ them equal), so the techniques see a plain ``nn.Module`` around the HF model, it
 ``transformers`` is the optional extra ``[hf]``: this module imports it only inside the gallery's model
 factories, so ``import lab`` never needs it. The gallery (:data:`GALLERY`: BERT, DistilBERT, GPT-2, ViT, HF
 ResNet) is loaded by spec, e.g. ``--workload lab.workloads.hf:BERT`` (registered as ``hf_bert``). Dropout is
-off in the gallery's configs (short runs, and compiled vs eager training then draw no RNG: docs/workloads.md).
+off in the gallery's configs (short runs, and compiled vs eager training then draw no RNG: docs/workloads.md);
+``:BERT_DROPOUT`` keeps HF's default 0.1, for measuring compile's accuracy delta over seeds.
 """
 
 from __future__ import annotations
@@ -249,6 +250,14 @@ def _bert() -> nn.Module:
         max_position_embeddings=16, num_labels=4, **_NO_DROPOUT))
 
 
+def _bert_dropout() -> nn.Module:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    return BertForSequenceClassification(BertConfig(  # HF's default dropout 0.1 on hidden states and attention
+        vocab_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        max_position_embeddings=16, num_labels=4))
+
+
 def _distilbert() -> nn.Module:
     from transformers import DistilBertConfig, DistilBertForSequenceClassification
 
@@ -289,6 +298,13 @@ def BERT() -> Workload:  # noqa: N802 - a spec NAME, like the constants the othe
     """``BertForSequenceClassification`` (2 layers, hidden 64, 4 heads) on padded marker streams."""
     return workload(_bert, "sequence_classification", name="hf_bert",
                     description="HF BertForSequenceClassification (2 layers, d 64, 4 heads) on padded marker streams")
+
+
+def BERT_DROPOUT() -> Workload:  # noqa: N802
+    """:func:`BERT` with HF's default dropout (0.1): the arm a compile ablation needs seeds for, since Inductor
+    draws its own dropout masks (compiled and eager training differ from step 0 by their RNG stream alone)."""
+    return workload(_bert_dropout, "sequence_classification", name="hf_bert_dropout",
+                    description="HF BertForSequenceClassification with dropout 0.1 (2 layers, d 64, 4 heads)")
 
 
 def DISTILBERT() -> Workload:  # noqa: N802

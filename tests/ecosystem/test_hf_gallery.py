@@ -263,3 +263,15 @@ def test_compiled_and_eager_training_agree_with_dropout_off():
     assert compiled.status == "ok" and compiled.details["compile"]["graphs"] > 0
     torch.testing.assert_close(torch.tensor(compiled.losses[:3]), torch.tensor(eager.losses[:3]),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_bert_dropout_spec_draws_dropout_masks_and_bert_does_not():
+    """BERT_DROPOUT is the spec compile's accuracy delta is measured on over seeds: its train-mode forwards draw
+    masks (two calls differ), the gallery's BERT draws none (two calls are equal)."""
+    for name, differs in (("BERT_DROPOUT", True), ("BERT", False)):
+        _, model, data = _setup(name)
+        x = _inputs(data)
+        model.train()
+        with torch.no_grad():
+            a, b = model(*x), model(*x)
+        assert (not torch.equal(a, b)) == differs, name
