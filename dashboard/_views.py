@@ -16,6 +16,7 @@ import streamlit as st
 
 from lab import crossover
 from lab.ablation import interaction_effects, load_ablation, pareto_front, summarize
+from lab.ablation.project import measured_arms, seeds_way
 from lab.ablation.record import AblationRecord, build_record
 from lab.ablation.runner import from_spec
 from lab.crossover.versus import ARM_TO_TECHNIQUE, AXIS_COLUMN
@@ -73,6 +74,9 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
     st.markdown(whose_line(record))
     said = record.verdict(budget_pt, speed=speed)
     (st.success if said["winner"] else st.warning)(f"Verdict ({speed_name}): {said['text']}")
+    e2e = seeds_way(df, measured_arms(runs_by_arm or {}), said["winner"])  # issue 29: the user's unit first
+    if e2e:
+        st.markdown(f"**End to end** (training + evaluations + one-off costs, measured): {e2e}")
     st.caption("An arm competes only on the axes its techniques can change (post-training int8 and pruning: "
                "inference and size; precision, loaders, compile: training); the A/A arm reruns the baseline "
                "and shows the noise floor. Hover a point or a bar for its interval and why.")
