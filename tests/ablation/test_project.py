@@ -117,3 +117,42 @@ def test_lab_project_projects_the_baseline_of_a_measured_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and "baseline" in out and "256 steps, 64 per epoch" in out  # 2x the rows: 2x the batches
     assert main(["project", "--workload", "ctr"]) == 2  # --epochs is required
+
+
+def test_project_steps_is_the_arithmetic_the_doctor_calls_without_a_run():
+    from lab.ablation.project import project_steps
+
+    p = project_steps(0.02, steps_per_epoch=100, epochs=3, step_lo_s=0.018, step_hi_s=0.025, per_eval_s=0.5,
+                      eval_every=100, one_off_s={"compile": 4.0, "quantize": 1.0, "total": 5.0})
+    assert (p["steps"], p["evaluations"]) == (300, 3) and p["one_off_total_s"] == pytest.approx(5.0)  # total ignored
+    assert p["total_s"] == pytest.approx(300 * 0.02 + 3 * 0.5 + 5.0)
+    assert p["lo_s"] == pytest.approx(300 * 0.018 + 6.5) and p["hi_s"] == pytest.approx(300 * 0.025 + 6.5)
+    assert project_steps(0.02, steps_per_epoch=10, epochs=1)["total_s"] == pytest.approx(0.2)  # no eval, no one-off
+    with pytest.raises(ValueError, match="steps_per_epoch=0"):
+        project_steps(0.02, steps_per_epoch=0, epochs=1)
+
+
+def test_the_headline_says_end_to_end_first_with_the_per_step_ratio_and_memory_beside_it():
+    pd = pytest.importorskip("pandas")
+    from lab.ablation.project import measured_arms, seeds_way
+
+    base = [_record(10.0 + i, seed=i) for i in range(3)]
+    fast = [_record(5.0 + i, seed=i) for i in range(3)]
+    slow = [_record(20.0 + i, seed=i) for i in range(3)]
+    times = measured_arms({"baseline": base, "fast": fast, "slow": slow, "aa": base})
+    assert "aa" not in times and times["fast"]["lo_s"] <= times["fast"]["total_s"] <= times["fast"]["hi_s"]
+    table = pd.DataFrame([
+        {"arm": "baseline", "peak_memory_mb": 410.0},
+        {"arm": "fast", "step_speedup": 1.8, "step_speedup_lo": 1.6, "step_speedup_hi": 2.0, "acc_loss_pt": 0.2,
+         "acc_loss_lo": 0.0, "acc_loss_hi": 0.4, "loss_unit": "pt", "peak_memory_mb": 380.0},
+        {"arm": "slow", "step_speedup": float("nan"), "acc_loss_pt": float("nan"), "peak_memory_mb": 500.0}])
+    said = seeds_way(table, times)  # default: the fastest arm end to end
+    b, f = times["baseline"]["total_s"], times["fast"]["total_s"]
+    assert said.startswith(f"baseline {b:.3g} s -> fast {f:.3g} s [")
+    assert said.endswith("end to end (per step 1.80x [1.60, 2.00]), accuracy -0.2 pt [-0.4, +0], "
+                         "peak memory 410 -> 380 MB")
+    slow_said = seeds_way(table, times, arm="slow")  # no per-step figure, no accuracy: left out, not "nan"
+    assert "nan" not in slow_said and "per step" not in slow_said and slow_said.endswith("410 -> 500 MB")
+    one = measured_arms({"baseline": base[:1], "fast": fast[:1]})  # one run: no interval, and none is said
+    assert "[" not in seeds_way(None, one).split("end to end")[0]
+    assert seeds_way(table, {"baseline": times["baseline"]}) is None  # nothing to compare

@@ -1,0 +1,63 @@
+"""Dashboard page "Full run": a stored ablation's arms projected to the user's own run (issue 29), epochs over
+rows: per arm the full run with its interval, its parts as stacked bars (training steps, evaluations, one-off
+costs: compile's warm-up, probe, fine-tunes, export), and its peak memory; the headline said the seeds' way.
+
+Thin over :mod:`lab.ablation.project`, the same functions as ``python -m lab project``: nothing trains here, it
+reads the runs an ablation (the Ablation tab, ``lab ablate``) stored.
+"""
+
+from __future__ import annotations
+
+import _shared
+import pandas as pd
+import streamlit as st
+
+from lab.ablation import from_spec, jobs, load_stored, stored_ablations, summarize
+from lab.ablation.project import format_projection, project_arms, projection_rows, seeds_way
+
+TITLE = "Full run"
+
+
+def render() -> None:
+    """The whole page."""
+    st.header("Your full run, projected")
+    st.caption("From an ablation's measured runs: the mean step (and the loop's own time) x the steps of your "
+               "run, plus its evaluations and the one-off costs, per arm with a 95 % interval over runs.")
+    store = _shared.store()
+    names = stored_ablations(store)
+    if not names:
+        st.info("No stored ablation yet: run one in the Ablation tab (or `python -m lab ablate`), then project it.")
+        return
+    name = st.selectbox("Stored ablation", names, key="project_ablation")
+    runs = load_stored(store, name)
+    first = next((r for r in runs.get("baseline", []) if r.status == "ok"), None)
+    if first is None:
+        st.info("This ablation has no finished baseline run: nothing to project from.")
+        return
+    resolved = first.details.get("resolved") or {}
+    cols = st.columns(2)
+    epochs = cols[0].number_input("epochs of your run", min_value=1, value=int(resolved.get("epochs") or 1) * 10,
+                                  key="project_epochs")
+    rows = cols[1].number_input("training rows", min_value=1, value=int(resolved.get("n_train") or 1),
+                                key="project_rows")
+    spec = (jobs.job(store, name) or {}).get("spec")
+    ab = from_spec(spec)[0] if spec else None
+    table = summarize(runs, techniques=ab.techniques, axes=ab.axes) if ab else summarize(runs)
+    try:
+        projected = project_arms(runs, epochs=int(epochs), rows=int(rows))
+    except ValueError as exc:
+        st.error(str(exc))
+        return
+    headline = seeds_way(table, projected)
+    if headline:
+        st.success(headline)
+    data, unit = projection_rows(projected, table)
+    frame = pd.DataFrame(data)
+    st.subheader(f"Full run per arm ({unit})")
+    parts = [f"training steps ({unit})", f"evaluations ({unit})", f"one-off costs ({unit})"]
+    st.bar_chart(frame.set_index("arm")[parts], y_label=unit, stack=True)
+    _shared.dataframe(frame.round(4), key="project_table", hide_index=True)
+    if frame["peak memory (MB)"].notna().any():
+        st.subheader("Peak memory per arm (MB)")
+        st.bar_chart(frame.set_index("arm")[["peak memory (MB)"]], y_label="MB")
+    st.code(format_projection(projected, table), language=None)
