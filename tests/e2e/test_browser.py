@@ -7,6 +7,7 @@ missing; ``.ci/run`` installs both so CI runs it."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -151,6 +152,23 @@ def render() -> None:
 """
 
 
+#: The visible tables' cell texts (the grid's accessible table), for the Machine tab's rounding check.
+CELLS_JS = """() => [...document.querySelectorAll('[data-testid="stDataFrame"]')].filter(df => df.offsetParent !== null)
+  .flatMap(df => [...df.querySelectorAll('table[role="grid"] tbody td')].map(td => td.textContent))"""
+
+
+def _machine_helpers():
+    """``unrounded_card`` and ``unrounded`` of tests/dashboard/test_dashboard_machine.py (one definition of
+    what an unrounded figure is, for the AppTest check and this one)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lab_test_dashboard_machine",
+                                                  ROOT / "tests" / "dashboard" / "test_dashboard_machine.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _screenshot(page, path: Path) -> list[str]:
     """The whole tab: Streamlit scrolls inside its main block, so the window grows to its height for the shot;
     at that height every table is drawn (the grid draws only what is in view), so the cut texts
@@ -181,12 +199,15 @@ def _check(page, name: str, shots: Path) -> dict:
 @pytest.mark.browser
 @pytest.mark.timeout(600)  # the default ablation: 105-257 s measured on a busy 2-core machine
 def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path, private_store):
-    """At 1280x800: run the default ablation (the sidebar as it opens), then visit every tab, the
-    discovered pages included, and fail on a Streamlit exception, a sideways-overflowing element, a plot
-    title wider than its plot, a table's header or cell (a reason, a figure's name) cut short, any other
-    text cut with an ellipsis, or a Run button below the first 800 px. Screenshots go to ``$LAB_SCREENSHOTS``
-    (default: the test's tmp folder), with ``timings.txt``: the cold first page load (server start to the
-    Run button drawn, and the page's own load) and the default ablation's click to verdict, also printed
+    """At 1280x800: run the default ablation (the sidebar as it opens; its first arms' figures must show while
+    it runs, "Figures so far: n of m arms"), then visit every tab, the discovered pages included, and fail on a
+    Streamlit exception, a sideways-overflowing element, a tab row that scrolls, a placeholder wider than its
+    field, a plot title wider than its plot, a table's header or cell (a reason, a figure's name) cut short,
+    any other text cut with an ellipsis, a Run button below the first 800 px, or a Machine table (of a card
+    with raw floats) that prints a number with more than 4 significant digits. Screenshots go to
+    ``$LAB_SCREENSHOTS`` (default: the test's tmp folder), one per tab plus ``ablation_running.png``, with
+    ``timings.txt``: the cold first page load (server start to the Run button drawn, and the page's own
+    load), the click to the first arms' figures and the default ablation's click to verdict, also printed
     (``pytest -rP`` shows them; recorded, never asserted)."""
     if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
         pytest.skip("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
@@ -196,9 +217,17 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
     (pages_dir / "page_example.py").write_text(EXAMPLE_PAGE)
     shots = Path(os.environ.get("LAB_SCREENSHOTS") or tmp_path / "shots")
     shots.mkdir(parents=True, exist_ok=True)
+    helpers = _machine_helpers()  # a machine card with the raw floats a measurement leaves, in a private cache
+    cache = tmp_path / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAB_CACHE_DIR", str(cache))
+        from lab.measure import machine
+
+        machine.save_card(helpers.unrounded_card())
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "LAB_RESULTS_DB": str(private_store), "LAB_DASHBOARD_PAGES": str(pages_dir)}
+    env = {**os.environ, "LAB_RESULTS_DB": str(private_store), "LAB_DASHBOARD_PAGES": str(pages_dir),
+           "LAB_CACHE_DIR": str(cache)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"), "--server.port", str(port)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # address and headless: .streamlit/
@@ -221,6 +250,12 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
                 run.click()
                 page.get_by_text("elapsed", exact=False).first.wait_for(timeout=60_000)  # live progress
                 assert page.get_by_role("button", name="Run ablation").is_disabled()
+                # the first arms' figures while it runs: "Figures so far: n of m arms", a chart and a table
+                page.get_by_text("Figures so far:", exact=False).first.wait_for(timeout=240_000)
+                page.get_by_text(re.compile(r"Figures so far: [1-9]\d* of \d+ arms")).first.wait_for(timeout=240_000)
+                timings["first_figures_s (click to the first arms' figures)"] = time.monotonic() - t0
+                page.screenshot(path=str(shots / "ablation_running.png"))  # the first viewport, mid-ablation
+                page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
                 page.get_by_text("Verdict (").first.wait_for(timeout=480_000)
                 took = time.monotonic() - t0
                 page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
@@ -232,11 +267,16 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
                 tabs = page.get_by_role("tab")
                 names = [tabs.nth(i).inner_text() for i in range(tabs.count())]
                 assert names[:5] == ["Ablation", "Runs", "Scaling", "Loading", "Report"]
-                assert "Example page" in names
+                assert "Example page" in names and "Machine" in names
                 plots = 0
                 for i, name in enumerate(names):
                     tabs.nth(i).click()
                     plots += _check(page, name, shots)["plots"]
+                    if name == "Machine":  # the card's raw floats must read rounded, as on every other page
+                        cells = page.evaluate(CELLS_JS)
+                        assert any(c.startswith("GEMM") for c in cells), f"Machine: no peak table in {cells[:8]}"
+                        bad = [c for c in cells if helpers.unrounded(c)]
+                        assert not bad, f"Machine: unrounded numbers {bad}"
                 assert plots >= 4  # the ablation's figures at least were drawn and checked
             finally:
                 browser.close()
