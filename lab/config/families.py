@@ -181,8 +181,10 @@ class QuantConfig(_Family):
     """Post-training (dynamic / static with calibration) or quantization-aware int8.
 
     ``flow``: ``pt2e`` (default) is torchao PT2E with X86InductorQuantizer's default config, compiled by Inductor
-    (freezing); ``legacy`` the deprecated torch.ao eager / FX path, kept for comparison. ``observer`` picks how
-    static calibration sets activation ranges and ``per_channel=False`` one weight scale per tensor: both are
+    (freezing); ``legacy`` the deprecated torch.ao eager / FX path, kept for comparison; ``auto`` quantizes with
+    both and keeps the faster on the run's own batch (a measured probe, rule in ``details["quant"]["auto"]``,
+    :mod:`lab.quant.flow_auto`; not with QAT). ``observer`` picks how static calibration sets activation ranges
+    and ``per_channel=False`` one weight scale per tensor: both are
     legacy-flow knobs (PT2E's default config is histogram + per-channel; other values are refused with it). QAT
     always uses moving-average fake-quant and fine-tunes ``qat_epochs`` at ``lr * qat_lr_factor`` after the float
     training. Dynamic int8 of a model holding an RNN takes the legacy flow (PT2E has no int8 LSTM).
@@ -196,7 +198,7 @@ class QuantConfig(_Family):
     SWITCH: ClassVar[str] = "quant.method (--quant)"
     INT8_METHODS: ClassVar[tuple[str, ...]] = ("dynamic", "static", "qat")
     METHODS: ClassVar[tuple[str, ...]] = ("none", *INT8_METHODS)
-    FLOWS: ClassVar[tuple[str, ...]] = ("pt2e", "legacy")
+    FLOWS: ClassVar[tuple[str, ...]] = ("pt2e", "legacy", "auto")
     OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
     REDUCE_RANGE: ClassVar[tuple[str, ...]] = ("auto", "on", "off")
 

@@ -1,6 +1,7 @@
 """Int8 quantization: dynamic, static (calibrated) and quantization-aware training (:mod:`.int8`), through
 torchao PT2E + X86InductorQuantizer compiled by Inductor (:mod:`.pt2e`, ``quant.flow='pt2e'``, the default) or
-the legacy torch.ao path (``quant.flow='legacy'``); a swap guard that refuses a no-op (:mod:`.swap` for modules,
+the legacy torch.ao path (``quant.flow='legacy'``), or whichever of the two is faster on the run's own model and
+batch (``quant.flow='auto'``, :mod:`.flow_auto`); a swap guard that refuses a no-op (:mod:`.swap` for modules,
 :mod:`.graph` for PT2E graphs); and float-vs-int8 measured the lab's way (:mod:`.report`, :mod:`.fair`: size,
 interleaved latency against fp32 eager and fp32 compiled with CIs, compile time, accuracy delta against its
 noise floor, output error, MACs beside the measured speedup, the training cost of QAT).
@@ -18,9 +19,10 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
-from lab.quant import fair, graph, int8, numerics, pt2e, storage, swap
+from lab.quant import fair, flow_auto, graph, int8, numerics, pt2e, storage, swap
 from lab.quant import report as report_
 from lab.quant.fair import *  # noqa: F403 - the names in its __all__
+from lab.quant.flow_auto import *  # noqa: F403 - the names in its __all__
 from lab.quant.graph import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import check_fx_traceable, check_supported, quantize_with_report
@@ -35,8 +37,8 @@ from lab.registry import FAMILIES
 from lab.result import RunResult
 from lab.technique import Technique
 
-__all__ = [*fair.__all__, *graph.__all__, *int8.__all__, *numerics.__all__, *pt2e.__all__, *report_.__all__,
-           *storage.__all__, *swap.__all__, "Quantization", "TECHNIQUE"]
+__all__ = [*fair.__all__, *flow_auto.__all__, *graph.__all__, *int8.__all__, *numerics.__all__, *pt2e.__all__,
+           *report_.__all__, *storage.__all__, *swap.__all__, "Quantization", "TECHNIQUE"]
 
 
 def _quantize_trained(ctx: TrainContext, model: nn.Module) -> nn.Module:
@@ -51,8 +53,17 @@ def _quantize_trained(ctx: TrainContext, model: nn.Module) -> nn.Module:
                         phase="qat")
         qat_stats.update(steps=stats.steps, time_s=stats.time_s, step_ms=stats.step_times_ms["total"])
 
-    q, info = quantize_with_report(model, qc, ctx.make_loader(), finetune=finetune if qc.method == "qat" else None,
-                                   example_inputs=tuple(t[:2] for t in ctx.data.train[:-1]))
+    def quantize(qc_: QuantConfig) -> tuple[nn.Module, dict[str, Any]]:
+        return quantize_with_report(model, qc_, ctx.make_loader(), finetune=finetune if qc.method == "qat" else None,
+                                    example_inputs=tuple(t[:2] for t in ctx.data.train[:-1]))
+
+    if qc.flow == "auto":  # both flows, timed on the run's own inference batch (lab.quant.flow_auto)
+        n = min(ctx.cfg.eval_batch_size, len(ctx.data.test[0]))
+        q, info = flow_auto.probe_flows(model, qc, quantize, tuple(t[:n] for t in ctx.data.test[:-1]),
+                                        repeats=ctx.cfg.latency_repeats)
+        ctx.result.why.append(f"quant.flow='auto' took {info['flow']}: {info['auto']['why']}")
+    else:
+        q, info = quantize(qc)
     info["backend_engine"] = (torch.backends.quantized.engine if info.get("flow") == "legacy"
                               else "x86 (Inductor + oneDNN)")
     info["isa_flags"] = ctx.result.env.get("isa_flags", [])
@@ -73,6 +84,8 @@ class Quantization(Technique):
         default PT2E flow included: one line, and the way out)."""
         if cfg.quant.enabled:
             check_supported(cfg)
+            if cfg.quant.flow == "auto" and cfg.quant.method == "qat":
+                raise ValueError(flow_auto.WHY_NO_QAT)
             if cfg.quant.flow == "pt2e":
                 pt2e.check_available()
                 pt2e.check_pt2e_config(cfg.quant)
@@ -86,7 +99,7 @@ class Quantization(Technique):
         if not qc.enabled:
             return
         check_model(model, qc.method)
-        if qc.flow == "legacy" and qc.method in ("static", "qat"):
+        if qc.flow == "legacy" and qc.method in ("static", "qat"):  # auto: legacy is then not a candidate
             check_fx_traceable(model, qc.method)
         if qc.method == "static":
             available = ctx.steps_per_epoch()

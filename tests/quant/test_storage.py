@@ -1,6 +1,7 @@
-"""What an int8 model stores (lab.quant.storage): PT2E drops all-zero weight zero points and the fp32 weights
-convert_pt2e leaves unread, with outputs unchanged; the legacy format's fp64 scales / int64 zero points are
-reported by role, not hidden. Bytes and dtypes of the stored tensors are checked, no timing."""
+"""What an int8 model stores (lab.quant.storage): PT2E stores its weight zero points as int8 and drops the fp32
+weights convert_pt2e leaves unread, with outputs unchanged (also where a dequantize is not fused and lowers on its
+own); the legacy format's fp64 scales / int64 zero points are reported by role, not hidden. Bytes and dtypes of
+the stored tensors are checked, no timing."""
 
 from __future__ import annotations
 
@@ -46,11 +47,13 @@ def test_pt2e_stores_no_unread_fp32_weights_with_outputs_unchanged(monkeypatch, 
     sd = g_after.state_dict()
     assert not [k for k in sd if k.endswith("weight")]  # the unread fp32 copies (0.weight, 2.weight) are gone
     assert info["stored"]["zero_points_dropped"] == 0  # kept: an unfused dequantize needs them to lower
+    assert info["stored"]["zero_points_as_int8"] == 2
     assert {"0.weight", "2.weight"} <= set(info["stored"]["unread_constants_deleted"])
     roles = Q.bytes_by_role(after, list(info["swap"]["swapped"]), g_after)
     layers = roles["quantized_layers"]
     _check_roles(layers)
-    assert layers["zero_points"] == 8 * (128 + 16) and layers["dtypes"]["int8_weights"] == ["int8"]  # int64 zeros
+    assert layers["zero_points"] == 128 + 16 and layers["dtypes"]["zero_points"] == ["int8"]  # 1 byte / channel
+    assert layers["dtypes"]["int8_weights"] == ["int8"]
     assert layers["int8_weights"] == 64 * 128 + 128 * 16  # one byte per weight
     assert layers["scales"] == 4 * (128 + 16) and layers["dtypes"]["scales"] == ["float32"]
     assert layers["bias"] == 4 * (128 + 16)
@@ -58,7 +61,8 @@ def test_pt2e_stores_no_unread_fp32_weights_with_outputs_unchanged(monkeypatch, 
     assert old["quantized_layers"]["zero_points"] == 8 * (128 + 16)  # what convert_pt2e stored: int64 zeros
     assert roles["model"]["total"] < old["model"]["total"] - 4 * (64 * 128 + 128 * 16)  # fp32 copies dropped
     f_l, q_l = Q.graph_layer_bytes(g_after)
-    assert (f_l, q_l) == Q.graph_layer_bytes(g_before)  # the int8 layers keep their bytes; only unread copies go
+    f_b, q_b = Q.graph_layer_bytes(g_before)
+    assert f_l == f_b and q_b - q_l == 7 * (128 + 16)  # int64 -> int8 zero points: 7 bytes per channel saved
     with torch.no_grad():
         assert Q.relative_error(model(x), g_after(x)) < Q.error_bound(method, info["reduce_range"]["used"])
 
@@ -85,3 +89,31 @@ def test_legacy_breakdown_reports_the_format_it_is_forced_to_store():
     assert layers["dtypes"]["scales"] == ["float32", "float64"] and "int64" in layers["dtypes"]["zero_points"]
     assert layers["scales"] >= 8 * (128 + 16) and layers["zero_points"] >= 8 * (128 + 16)
     assert "fp64" in roles["why"] and layers["total"] == Q.layer_bytes(model, q, names)[1]
+
+
+@pytest.mark.capability
+def test_int8_zero_points_lower_where_the_dequantize_is_not_fused(monkeypatch):
+    """The shape that broke zero_points=None (a 16x8 Linear): compiled without freezing, Inductor lowers each
+    dequantize_per_channel on its own, and int8 zero points give the int64 ones' outputs bit for bit."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8)).eval()
+    loader = [(torch.randn(32, 16), torch.zeros(32, dtype=torch.long)) for _ in range(2)]
+    x = torch.randn(32, 16)
+    outs = {}
+    for compact in (False, True):
+        with monkeypatch.context() as m:
+            if not compact:
+                m.setattr(P, "compact_int8_graph", lambda gm: {})
+            q, info = Q.quantize_with_report(model, QuantConfig(method="static", calibration_batches=2), loader)
+        gm = Q.converted_graph(q)
+        zps = [Q.attr_tensor(gm, n.args[1].args[2]) for n in Q.int8_weight_nodes(gm)]
+        assert [z.dtype for z in zps] == [torch.int8 if compact else torch.int64]
+        torch._dynamo.reset()
+        with torch.no_grad():
+            outs[compact] = (q(x), gm(x), torch.compile(gm)(x))
+    assert all(torch.equal(a, b) for a, b in zip(outs[False], outs[True], strict=True))
+
+
+def test_size_bound_is_what_per_channel_fp32_scales_and_biases_allow():
+    assert Q.size_bound(311) == pytest.approx(3.9) and Q.size_bound(310) < 3.9  # k inputs per output channel
+    assert Q.size_bound(64, zero_point_bytes=8) < Q.size_bound(64) < Q.size_bound(64, zero_point_bytes=0) < 4
