@@ -22,6 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dg.add_argument("--measure", default="", metavar="compile",
                     help="time these on the model itself (seconds to a minute each): compile")
     dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
+    dg.add_argument("--full-epochs", type=int, default=None, metavar="E",
+                    help="the prescription in hours: the full run's epochs (default: the run's own when --rows is "
+                         "given; with neither, per 1000 steps)")
+    dg.add_argument("--rows", type=int, default=None, metavar="N", help="the full run's training rows")
     store_flags(dg, "results store for the verification runs")
     dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
 
@@ -30,12 +34,16 @@ def main(args: argparse.Namespace) -> int:
     import json
 
     from lab.doctor import diagnose, format_diagnosis, format_scorecard, format_verification, scorecard, verify
+    from lab.doctor.hours import format_hours, prescription_hours
     from lab.store import ResultStore
 
     if args.verify < 0:
         raise UsageError(f"--verify {args.verify} is invalid: allowed: >= 0 (0: predict only)")
     if args.repeats < 1:
         raise UsageError(f"--repeats {args.repeats} is invalid: allowed: >= 1")
+    for flag, v in (("--full-epochs", args.full_epochs), ("--rows", args.rows)):
+        if v is not None and v < 1:
+            raise UsageError(f"{flag} {v} is invalid: allowed: >= 1")
     cfg = config_from_args(args)
     if "threads" not in vars(args):  # a fixed thread count for A/B timings (docs/architecture.md 5.8)
         cfg = cfg.with_overrides(threads=1)
@@ -43,8 +51,14 @@ def main(args: argparse.Namespace) -> int:
     measure = [m.strip() for m in args.measure.split(",") if m.strip()]
     d = diagnose(cfg, techniques=techs, measure=measure)
     out: dict[str, Any] = d.to_dict()
+    try:
+        out["hours"] = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)
+        hours = format_hours(out["hours"])
+    except ValueError as exc:  # a baseline the projection cannot read: said, not hidden
+        hours = f"full run not projected: {exc}"
     if not args.json:
         print(format_diagnosis(d))
+        print(hours)
     if args.verify:
         with ResultStore(args.store) as store:
             rows = verify(d, args.verify, repeats=args.repeats, store=store)

@@ -6,12 +6,16 @@
 - :mod:`.compile_rate`: what ``torch.compile`` saves per op and costs per call.
 - :mod:`.predict` (over :mod:`.amdahl`): a breakdown (:mod:`lab.measure.profile`) and rates become predicted
   speedups with intervals (Amdahl over op classes; a measured hand-off for loaders).
+- :mod:`.predict_compile`: compile from the model's own measurement, the map, or a structural prior (attention,
+  recurrent, tiny step) that says "prior, not measured".
 - :mod:`.data_parallel`: what W ranks would buy and the share comm takes.
 - :mod:`.diagnosis`: the profiled baseline and the ranked prescription.
 - :mod:`.calibration`: every interval widened to the doctor's own error on other verified cases (split
   conformal) and to the A/A noise of a verification.
 - :mod:`.verification`: the top predictions measured by an interleaved ablation, predicted vs measured kept
   per hardware id.
+- :mod:`.hours`: the prescription in hours, the user's full run per top pick (``--full-epochs`` / ``--rows``,
+  else per 1000 steps), through :mod:`lab.ablation.project`; imported on its own (``lab.doctor.hours``).
 - :mod:`.scores`: how right it was (per technique error on the speedup and the step, coverage, top-1, regret,
   Spearman).
 
@@ -30,6 +34,7 @@ from lab.doctor import (
                         scores,
                         verification,
 )
+from lab.doctor import predict_compile as _predict_compile  # the same
 from lab.doctor.amdahl import *  # noqa: F403
 from lab.doctor.calibration import *  # noqa: F403
 from lab.doctor.compile_rate import *  # noqa: F403 - the names in its __all__
@@ -37,10 +42,11 @@ from lab.doctor.data_parallel import *  # noqa: F403
 from lab.doctor.diagnosis import *  # noqa: F403
 from lab.doctor.model_rates import *  # noqa: F403
 from lab.doctor.predict import *  # noqa: F403
+from lab.doctor.predict_compile import *  # noqa: F403
 from lab.doctor.rates import *  # noqa: F403
 from lab.doctor.scores import *  # noqa: F403
 from lab.doctor.verification import *  # noqa: F403
 
 __all__ = sorted({*_amdahl.__all__, *calibration.__all__, *compile_rate.__all__, *data_parallel.__all__,
-                  *diagnosis.__all__, *model_rates.__all__, *predict.__all__, *rates.__all__, *scores.__all__,
-                  *verification.__all__})
+                  *diagnosis.__all__, *model_rates.__all__, *predict.__all__, *_predict_compile.__all__,
+                  *rates.__all__, *scores.__all__, *verification.__all__})

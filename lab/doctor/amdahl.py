@@ -63,6 +63,7 @@ class Rates:
     steps: int = 0  # the steps the run trains (compile's time is amortised over them)
     model_compile: Rate | None = None  # this model's forward + backward, eager vs compiled (when the user paid for it)
     model_compile_s: float = 0.0  # what that compile took (its first call)
+    attention: int = 0  # attention modules in the model (compile's structural prior reads it)
 
 
 def _sample(rate: Rate, n: int, rng: np.random.Generator) -> np.ndarray:

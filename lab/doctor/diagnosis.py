@@ -29,6 +29,7 @@ from lab.doctor.calibration import Calibration, calibrated, load_calibration
 from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
+from lab.doctor.predict_compile import attention_modules
 from lab.loop import to_device
 from lab.measure import limit_sentence, limit_sentences, load_card
 from lab.measure.profile import OP_CLASSES, Breakdown
@@ -106,6 +107,7 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique], measure: Sequence
         inputs = tuple(batch[:-1])
         out.batch_bytes = int(sum(t.numel() * t.element_size() for t in batch))
         shapes = rates_.dominant_layers(model, inputs)
+        out.attention = attention_modules(model)
         dtypes = sorted({t.overrides["precision.dtype"] for t in techniques
                          if t.overrides.get("precision.dtype") in ("bf16", "fp16")})
         if dtypes:
