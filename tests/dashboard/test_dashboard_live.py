@@ -99,3 +99,17 @@ def test_worker_logs_live_beside_the_results_store(tmp_path):
     store = tmp_path / "results" / "lab.sqlite"
     assert worker.log_path(store, "abcdef0123456789") == tmp_path / "results" / "logs" / "worker-abcdef012345.log"
     assert worker.log_path(":memory:", "t").parent == Path(tempfile.gettempdir())  # no folder to put it beside
+
+
+def test_the_data_loading_caption_names_the_worker_not_the_server(private_store):
+    """The data-loading tab's caption read ``pid <the row's pid>`` from the first rerun on: the server's, which
+    claimed the row, until the worker adopted it."""
+    base = RunConfig(workload="ctr", size="tiny", threads=1, max_steps=3, warmup_steps=1, latency_repeats=0)
+    key, spec = worker.batch_spec("loaders", {"naive": base})
+    with ResultStore(private_store) as store:
+        token = jobs.claim(store, key, spec=spec)  # as the page does: the row holds this process's pid
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, at.exception
+    caption = " ".join(c.value for c in at.caption)
+    assert "data-loading measurement" in caption and "starting" in caption and f"pid {os.getpid()}" not in caption
+    assert str(worker.log_path(private_store, token)) in caption
