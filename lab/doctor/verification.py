@@ -56,8 +56,13 @@ def compare(predictions: Sequence[Prediction], table: Any, *, base_step_ms: floa
         rows.append({"technique": p.technique, "axis": p.axis, "predicted": p.speedup, "predicted_lo": p.lo,
                      "predicted_hi": p.hi, "measured": m, "measured_lo": lo, "measured_hi": hi,
                      "error": (p.speedup / m - 1) if m else None, "status": got.get("status", "missing"),
+                     # why an arm failed, kept (a held-out run once lost every HF int8 arm's reason)
+                     "arm_error": (str(got.get("error"))[:500] if got.get("error") and got.get("status") != "ok"
+                                   else None),
                      "aa_measured": _num(aa.get(col)),  # the A/A arm on the same axis: this table's noise floor
-                     "inside": (lo is not None and hi is not None and p.lo <= hi and lo <= p.hi),
+                     # the intervals overlap; with one repeat (no measured interval) the point inside
+                     "inside": (p.lo <= hi and lo <= p.hi) if lo is not None and hi is not None else
+                     (m is not None and p.lo <= m <= p.hi),
                      "covered": None if m is None else bool(p.lo <= m <= p.hi),  # the point inside
                      "model_lo": p.model_lo, "model_hi": p.model_hi,
                      "predicted_step_ms": (base_step_ms / p.speedup if base_step_ms and p.axis == "train_step"
@@ -140,6 +145,8 @@ def format_verification(rows: Sequence[dict[str, Any]]) -> str:
              f"{r['measured']:.2f}x" + (f" [{r['measured_lo']:.2f}, {r['measured_hi']:.2f}]"
                                         if r["measured_lo"] is not None else ""))
         e = "n/a" if r["error"] is None else f"{100 * r['error']:+.0f} %"
+        if r.get("arm_error"):
+            m = f"{r['status']}: {r['arm_error'][:120]}"
         lines.append(f"{r['technique']:<17} {r['axis']:<10} {r['predicted']:.2f}x [{r['predicted_lo']:.2f}, "
                      f"{r['predicted_hi']:.2f}] {m:>22} {e:>7}")
     acc = accuracy(rows)

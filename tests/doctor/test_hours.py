@@ -1,6 +1,7 @@
 """The doctor's prescription in hours (issue 29 item 3): the baseline's full run from its own record (via
 lab.ablation.project), each training pick's at its predicted speedup and interval; per 1000 steps without
-epochs or rows. A synthetic record and predictions: no run."""
+epochs or rows. And the verification rows it is checked against keep a failed arm's reason. A synthetic record,
+predictions and table: no run."""
 
 from __future__ import annotations
 
@@ -44,3 +45,19 @@ def test_without_epochs_or_rows_the_unit_is_1000_steps():
     assert h["unit"] == "per 1000 steps" and h["steps"] == 1000
     assert h["baseline"]["total_s"] == pytest.approx(1000 * 0.020)
     assert h["picks"][0]["total_s"] == pytest.approx(1000 * 0.010)
+
+
+def test_a_failed_arm_keeps_its_reason_and_one_repeat_is_judged_by_its_point():
+    pd = pytest.importorskip("pandas")
+    from lab.doctor import compare, format_verification
+
+    preds = [Prediction("int8_dynamic", "inference", 1.0, 0.5, 2.0, ""),
+             Prediction("prefetch", "train_step", 1.1, 1.0, 1.2, "")]
+    table = pd.DataFrame([
+        {"arm": "baseline", "status": "ok"},
+        {"arm": "int8_dynamic", "status": "error", "error": "RuntimeError: Expect weight to be contiguous"},
+        {"arm": "prefetch", "step_speedup": 1.15, "status": "ok"}])  # one repeat: no interval
+    rows = compare(preds, table)
+    assert rows[0]["arm_error"].startswith("RuntimeError") and rows[0]["measured"] is None
+    assert rows[1]["arm_error"] is None and rows[1]["inside"] and rows[1]["covered"]
+    assert "error: RuntimeError" in format_verification(rows)
