@@ -22,7 +22,7 @@ import streamlit as st
 from lab import ResultStore
 from lab.ablation import jobs, load_ablation, summarize
 from lab.ablation.runner import from_spec
-from lab.ablation.worker import BATCH, log_path
+from lab.ablation.worker import BATCH, MACHINE, log_path
 from lab.ablation.worker import start as start_worker
 
 #: Seconds between progress refreshes while a job runs.
@@ -50,6 +50,7 @@ class Lane:
 
 ABLATION = Lane(jobs.ABLATION, "job_", "ablation", "Run")
 DATA = Lane(BATCH, "dl_job_", "data-loading measurement", "Measure loaders")
+MACHINE_CARD = Lane(MACHINE, "mc_job_", "machine measurement", "Measure")
 
 
 def _clock(seconds: float | None) -> str:
@@ -105,6 +106,10 @@ def progress_line(job: dict[str, Any]) -> tuple[float, str]:
     total, done = s.get("total") or 0, s.get("done") or 0
     if not s.get("arm"):
         return 0.0, f"starting the worker (importing torch, building data); heartbeat {job['age_s']:.0f} s ago"
+    if job.get("kind") == MACHINE:  # stages, not runs: the fraction is the time spent of the estimate
+        spent, estimate = now - s.get("started_at", now), float(s.get("estimate_s") or 15)
+        return min(spent / estimate, 0.99), (f"stage {s.get('stage')}: **{s['arm']}**; elapsed {_clock(spent)} of "
+                                             f"about {_clock(estimate)}; heartbeat {job['age_s']:.0f} s ago")
     step, steps = s.get("step") or 0, s.get("total_steps")
     frac = (done + (step / steps if steps else 0.0)) / total if total else 0.0
     where = f"step {step}/{steps}" if steps else (
@@ -128,8 +133,9 @@ def worker_line(job: dict[str, Any], noun: str) -> str:
     else:
         who = "starting: its pid shows once it has taken the job over"
     log = log_path(_shared.store().path, job["token"])
+    kept = "the card is cached when it ends" if job.get("kind") == MACHINE else "finished runs are stored as they end"
     return (f"The {noun} `{job['key']}` runs in a background worker ({who}; its log: `{log}`): reloading this page "
-            "re-attaches to it; finished runs are stored as they end.")
+            f"re-attaches to it; {kept}.")
 
 
 def inline_progress(store: ResultStore, prefix: str, label: str) -> Callable[[dict[str, Any]], None]:
@@ -180,7 +186,9 @@ def live_progress(key: str, so_far: Callable[[dict[str, Any]], None] | None = No
 def ended_badly(job: dict[str, Any], noun: str) -> None:
     """Say how a job that is not running ended, when not as ``done``: cancelled, or an error (with the end
     of its worker's log when it died without a word)."""
-    if job["status"] == "cancelled":
+    if job["status"] == "cancelled" and job.get("kind") == MACHINE:
+        st.warning("The machine measurement was cancelled: the card below (if any) is the one cached before it.")
+    elif job["status"] == "cancelled":
         st.warning(f"Cancelled after {job['state'].get('done', 0)} of {job['state'].get('total', '?')} runs: "
                    "showing the finished ones" + (" (Run resumes from them)." if noun == "ablation" else "."))
     elif job["status"] == "error" or (job["status"] in jobs.LIVE and not job["live"]):

@@ -3,19 +3,24 @@ and the measured peaks (GEMM per dtype at 1 thread and all cores, triad bandwidt
 they allow bf16 / fp16 / int8 here.
 
 Thin over :mod:`lab.measure.machine`, the same functions as ``python -m lab machine``: the cached card is shown
-as it is (never measured on a rerun); the button measures and caches a new one.
+as it is (never measured on a rerun); the button starts the background worker (a ``machine_card`` job,
+:func:`lab.ablation.worker.run_machine`, through :mod:`_lifecycle`), which measures and caches a new one while
+the page shows its stage; a second click or tab joins it, a reload re-attaches to it.
 """
 
 from __future__ import annotations
 
+import _lifecycle
 import _shared
 import pandas as pd
 import streamlit as st
 
+from lab.ablation.worker import machine_spec
 from lab.measure import machine
 from lab.plots.machine import peak_table
 
 TITLE = "Machine"
+LANE = _lifecycle.MACHINE_CARD
 
 
 def render() -> None:
@@ -23,15 +28,21 @@ def render() -> None:
     st.header(TITLE)
     st.caption("What this CPU can do, measured: the GEMM peak of each dtype, memory bandwidth and the fixed cost "
                "of one op. The doctor and the crossover map cite it; every result's environment stamp carries it.")
+    store = _shared.store()
+    job = _lifecycle.attached_job(store, LANE)
+    running = bool(job and job["live"])
     card = machine.load_card()
     quick = st.checkbox("quick (smaller sizes, fewer repeats)", key="machine_quick")
     label = "Measure again" if card else "Measure this machine"
-    if st.button(f"{label} (about {machine.ESTIMATE_S[quick]} s)", key="machine_measure"):
-        # in the script, not the worker: 5-15 s, and the card goes to a cache file every process reads; each
-        # stage is said as it starts (which dtype's GEMM, the triad, the small op) instead of a bare spinner
-        with st.status("timing GEMMs in fp32 / bf16 / fp16 / int8, a triad and a small op ...") as status:
-            card = machine.machine_card(refresh=True, quick=quick, progress=status.write)
-            status.update(label="measured", state="complete")
+    if st.button(f"{label} (about {machine.ESTIMATE_S[quick]} s)", key="machine_measure", disabled=running,
+                 help="disabled while a measurement runs" if running else None) and not running:
+        _lifecycle.start_or_join(store, *machine_spec(quick), LANE)
+        st.rerun()  # redraw with the button disabled and the measurement's stage
+    if running:
+        st.caption(_lifecycle.worker_line(job, LANE.noun))
+        _lifecycle.live_progress(job["key"])  # which stage (a dtype's GEMM at a thread count, the triad ...)
+    elif job is not None:
+        _lifecycle.ended_badly(job, LANE.noun)
     if card is None:
         st.info(f"No machine card cached for this machine yet ({machine.card_path().name}): press the button, or "
                 "run `python -m lab machine`.")

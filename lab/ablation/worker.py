@@ -1,9 +1,10 @@
 """The background worker of a dashboard job: ``python -m lab.ablation.worker --store DB --key KEY
 --token TOKEN`` rebuilds the job from its row (:mod:`lab.ablation.jobs`), adopts the lock its launcher
 claimed and runs it; progress, heartbeat, cancel and the final status go through the store. A job is an
-ablation (its spec from :func:`~lab.ablation.runner.to_spec`) or a batch (:func:`batch_spec`: named runs,
+ablation (its spec from :func:`~lab.ablation.runner.to_spec`), a batch (:func:`batch_spec`: named runs,
 each stored as it ends under ``batch:<key>:<name>``, their run ids in the job's state; the dashboard's
-data-loading measurement, one run per loader).
+data-loading measurement, one run per loader) or a machine card (:func:`machine_spec`: the Machine page's
+measurement, cached where every process reads it).
 
 Why a separate process rather than a thread of the Streamlit server: a click or a reload reruns the app's
 script, never this process, so a run is neither lost nor started twice; Cancel is a flag read between steps;
@@ -22,6 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,8 @@ from lab.train import run
 
 #: The job kind of a batch of named runs (``spec["kind"]``).
 BATCH = "batch"
+#: The job kind of a machine-card measurement (:func:`machine_spec`; the dashboard's Machine page).
+MACHINE = "machine_card"
 
 
 def log_path(store_path: str | os.PathLike[str], token: str) -> Path:
@@ -115,6 +120,46 @@ def batch_results(store: ResultStore, job: dict[str, Any]) -> dict[str, RunResul
     return out
 
 
+def machine_spec(quick: bool) -> tuple[str, dict[str, Any]]:
+    """(key, spec) of a machine-card job: one per hardware id and mode (``machine@<hardware id>[/quick]``), so a
+    second click or tab joins the measurement in progress instead of timing GEMMs against it."""
+    from lab.measure import environment_stamp  # noqa: PLC0415 - the stamp reads /proc; only when asked
+
+    return (f"machine@{environment_stamp()['hardware_id']}{'/quick' if quick else ''}",
+            {"kind": MACHINE, "quick": bool(quick)})
+
+
+def run_machine(store: ResultStore, key: str, token: str | None = None, spec: dict[str, Any] | None = None,
+                measure: Callable[..., Any] | None = None) -> Any:
+    """Measure and cache this machine's card (:func:`lab.measure.machine.machine_card`) under the job's lock:
+    each stage the measurement names (a dtype's GEMM at a thread count, the triad, the small op) is the job's
+    progress (``arm``: the stage, ``stage``: its number, ``estimate_s``), written as it starts; Cancel stops it
+    at the next stage. ``measure`` defaults to ``machine_card``; tests pass a fake. Why a worker job: the
+    Streamlit script blocked for 5-15 s (longer on a busy machine) with a spinner, and a second tab measured
+    again at the same time, each timing GEMMs against the other."""
+    from lab.measure import machine  # noqa: PLC0415
+
+    if spec is None:
+        row = jobs.job(store, key)
+        spec = row["spec"] if row is not None else None
+    if not spec or spec.get("kind") != MACHINE:
+        raise ValueError(f"job {key} is not a machine-card job (its spec: {spec!r})")
+    quick = bool(spec.get("quick"))
+    measure = machine.machine_card if measure is None else measure
+    with jobs.holding(store, key, token, spec=spec) as hb:
+        hb.state = {"started_at": time.time(), "published_at": time.time(), "stage": 0,
+                    "estimate_s": machine.ESTIMATE_S[quick]}
+
+        def say(message: str) -> None:
+            hb.check()  # Cancel: stop before the next stage
+            hb.state = {**hb.state, "arm": message, "stage": hb.state["stage"] + 1, "published_at": time.time()}
+            hb.write()
+
+        card = measure(refresh=True, quick=quick, progress=say)
+        hb.state = {**hb.state, "hardware_id": card.hardware_id, "done": 1}
+    return card
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.ablation.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
@@ -129,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if row["kind"] == BATCH:
                 run_batch(store, args.key, args.token, row["spec"])
+            elif row["kind"] == MACHINE:
+                run_machine(store, args.key, args.token, row["spec"])
             else:
                 ablation, repeats, seeds = from_spec(row["spec"])
                 run_ablation(ablation, repeats=repeats, seeds=seeds, store=store, job_token=args.token)

@@ -189,3 +189,42 @@ def test_the_worker_runs_a_claimed_batch_and_stops_it_on_cancel(private_store):
         assert worker.start(private_store, key, token).wait(timeout=240) == 0
         job = jobs.job(store, key)
         assert job["status"] == "cancelled" and job["state"]["done"] == 0 and store.count() == 2
+
+
+def test_a_machine_job_says_each_stage_as_it_starts_and_stops_on_cancel(private_store):
+    """The Machine page's measurement as a worker job: each stage the measurement names is the job's state when
+    it starts (read from another connection, as the page does); a Cancel stops it at the next stage."""
+    from lab.ablation import worker
+
+    key, spec = worker.machine_spec(quick=True)
+    assert key.startswith("machine@") and key.endswith("/quick") and spec == {"kind": worker.MACHINE, "quick": True}
+    seen = []
+
+    def fake_measure(refresh, quick, progress):
+        assert refresh and quick
+        for stage in ("GEMM at 1 thread(s)", "triad at 1 thread(s)"):
+            progress(stage)
+            with ResultStore(private_store) as other:
+                seen.append((jobs.job(other, key)["state"]["arm"], jobs.job(other, key)["state"]["stage"]))
+        return types.SimpleNamespace(hardware_id="test-cpu")
+
+    with ResultStore(private_store) as store:
+        assert worker.run_machine(store, key, spec=spec, measure=fake_measure).hardware_id == "test-cpu"
+        assert seen == [("GEMM at 1 thread(s)", 1), ("triad at 1 thread(s)", 2)]
+        job = jobs.job(store, key)
+        assert job["status"] == "done" and job["kind"] == worker.MACHINE and job["state"]["hardware_id"] == "test-cpu"
+
+        def cancelled_after_one(refresh, quick, progress):
+            progress("GEMM")
+            with ResultStore(private_store) as other:
+                assert jobs.request_cancel(other, key)
+            time.sleep(2.5 * jobs.BEAT_S)  # the heartbeat thread reads the flag
+            progress("triad")  # never starts
+            raise AssertionError("the measurement went on after Cancel")
+
+        with pytest.raises(jobs.Cancelled):
+            worker.run_machine(store, key, spec=spec, measure=cancelled_after_one)
+        job = jobs.job(store, key)
+        assert job["status"] == "cancelled" and job["state"]["arm"] == "GEMM"
+        with pytest.raises(ValueError, match="not a machine-card job"):
+            worker.run_machine(store, "k", spec={"kind": "batch"})

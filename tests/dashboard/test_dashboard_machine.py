@@ -65,3 +65,37 @@ def machine_vs_column() -> str:
     from lab.plots.machine import VS_FP32
 
     return VS_FP32
+
+
+def test_measuring_runs_in_the_worker_and_the_page_shows_its_stage(tmp_path, monkeypatch, private_store):
+    """A live machine job (staged: the worker between two stages): the button is disabled, the caption names the
+    worker's pid and log, the progress line says which stage; the cached card still reads below."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from lab import ResultStore
+    from lab.ablation import jobs, worker
+
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
+    machine.save_card(unrounded_card())
+    key, spec = worker.machine_spec(quick=False)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the "worker"
+    try:
+        with ResultStore(private_store) as store:
+            jobs.claim(store, key, spec=spec)
+            state = {"arm": "GEMM at 1 thread(s): fp32 n=512", "stage": 2, "estimate_s": 15,
+                     "started_at": time.time() - 4, "published_at": time.time()}
+            with store.transaction() as conn:
+                conn.execute("UPDATE jobs SET status = 'running', pid = ?, state_json = ?",
+                             (sleeper.pid, json.dumps(state)))
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        assert not at.exception, at.exception
+        assert at.button(key="machine_measure").disabled
+        assert any(m.value.startswith("stage 2: **GEMM at 1 thread(s)") for m in at.markdown)
+        assert any(f"pid {sleeper.pid}" in c.value and "cached when it ends" in c.value for c in at.caption)
+        assert [df for df in at.dataframe if "1 thread" in df.value.columns]  # the card cached before
+    finally:
+        sleeper.kill()
+        sleeper.wait()
