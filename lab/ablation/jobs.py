@@ -8,9 +8,9 @@ is refused (or joins it), a reload finds the live job and shows its progress, an
 worker reads between steps. A job whose owner died stops beating; after :data:`STALE_S` without a beat (or
 at once when its pid is gone on this host) its lock expires and the next claim takes over.
 
-A job has a kind (its spec's ``"kind"``): an ablation (the default), or a batch of named runs
-(:data:`lab.ablation.worker.BATCH`, the dashboard's data-loading measurement); a page re-attaches only to
-jobs of its own kind.
+A job has a kind (its spec's ``"kind"``): an ablation (the default), a batch of named runs
+(:data:`lab.ablation.worker.BATCH`, the dashboard's data-loading measurement) or a machine-card measurement
+(:data:`lab.ablation.worker.MACHINE`, the Machine page's); a page re-attaches only to jobs of its own kind.
 """
 
 from __future__ import annotations
