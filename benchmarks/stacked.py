@@ -1,59 +1,85 @@
-"""The stacked recipe on ctr (the seeds' recommendation model): how far do the lab's techniques, added one at a
-time, take a naive fp32 training run on this machine, and what does it cost in AUC?
+"""Stacked recipes end to end: how far the lab's techniques, added together, take a run on this machine, and
+what they cost in accuracy. Two parts, each its own ablation (``--part ctr|top|all``):
 
-    python benchmarks/stacked.py [--quick] [--json PATH]
+    python benchmarks/stacked.py [--quick] [--part all] [--json PATH]
 
-Baseline: the naive setup a first version has: every batch read in the training thread from emulated network
-storage (``network_fs``: 5 ms + 100 MB/s per read), fp32, eager, torch's default Adam, all cores.
-Arms (``lab.recipes.speed_stack``): cumulative + thread prefetcher, + fused Adam, + fast kernels (ctr's
-index_select lookups: same math); then, each on top of that whole stack, ``auto`` precision (keeps fp32
-unless a low precision is measurably faster here), bf16, torch.compile (left out by ``--quick``) and 50 %
-channel pruning with one fine-tune epoch. Same epochs and batch size in every arm. Training time is end to
-end: loop + compile + the auto probe + fine-tune. Seeds 0-2, one run each, arms interleaved; speedups are
-ratios of medians with bootstrap 95 % CIs over the three runs; AUC deltas are medians, next to the seed-to-seed spread.
-
+**ctr** (the seeds' recommendation model; ``lab.recipes.speed_stack``). Baseline: the naive setup a first
+version has: every batch read in the training thread from emulated network storage (``network_fs``: 5 ms +
+100 MB/s per read), fp32, eager, torch's default Adam, all cores. Arms: cumulative + thread prefetcher, + fused
+Adam, + fast kernels (ctr's index_select lookups: same math); then, each on top of that whole stack, ``auto``
+precision, bf16, torch.compile (left out by ``--quick``) and 50 % channel pruning with one fine-tune epoch.
 Goal (issue 9): the best stack within 1 AUC point is >= 3x faster to train than the naive baseline. The seeds
-claim -33 % and -41.67 % training time (1.5x and 1.71x). ``--quick`` runs ctr/tiny (seconds per run),
-the full setting ctr/small (one pass over 600k rows).
+claim -33 % and -41.67 % training time (1.5x and 1.71x).
+
+**top** (issue 30; ``lab.recipes.top_stack``): vision, the techniques that pay on a larger model: fused Adam +
+``auto`` precision and fused Adam + bf16 (training; bf16 left out where it is emulated), channels 50 %, and
+the deployable stack fused Adam + channels 50 % + static int8 (PT2E), against plain fp32 eager training and
+inference. int8 refuses a run trained under autocast, so the deployable stack trains in fp32.
+
+Both: same epochs and batch size in every arm; training time end to end (loop + compile + the auto probe +
+fine-tune); seeds 0-2, one run each, arms interleaved (each round starts one arm later); speedups are ratios of
+medians with bootstrap 95 % CIs over the three runs; accuracy deltas are medians next to the seed-to-seed
+spread. ``--quick`` runs tiny sizes. With ``--json`` an existing file keeps the other part's figures
+(``parts``), so the two parts can be measured at different times.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from _common import emit, figure, parse_args
+from _common import emit, figure
 
 from lab import ResultStore, RunConfig
-from lab.ablation import best_under_budget, run_ablation
-from lab.recipes import SPEED_EXTRAS, speed_stack
+from lab.ablation import Ablation, best_under_budget, run_ablation
+from lab.recipes import SPEED_EXTRAS, speed_stack, top_stack
 
 GOAL_SPEEDUP = 3.0
 BUDGET_PT = 1.0
 SEED_CLAIMS = "seeds: -33 % and -41.67 % training time (1.5x, 1.71x)"
+#: Issue 30: "a vision stack of channel pruning + static int8 + bf16 where native should exceed 5x" (inference).
+TOP_GOAL = 5.0
+#: The top part's rung and training length: the largest that fits the time here (see the README of this file).
+TOP = {"workload": "vision", "size": "small", "model_scale": None, "epochs": 2}
+TOP_QUICK = {"workload": "vision", "size": "tiny", "model_scale": None, "epochs": None}
 
 
-def auc_delta(row) -> str:  # noqa: ANN001 - a summary row (dict or Series)
-    """The AUC change in points (+ = better than naive) next to the seed-to-seed spread."""
-    delta = 0.0 - float(row["acc_loss_pt"])  # 0.0 - x: never prints "-0.00"
-    return f"{delta:+.2f} pt (seed spread {float(row['noise_pt']):.2f} pt)"
+def delta(row: Any, metric: str) -> str:
+    """The metric change in points (+ = better than the baseline) next to the seed-to-seed spread."""
+    d = 0.0 - float(row["acc_loss_pt"])  # 0.0 - x: never prints "-0.00"
+    return f"{metric} {d:+.2f} pt (seed spread {float(row['noise_pt']):.2f} pt)"
 
 
-def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    size = "tiny" if args.quick else "small"
-    base = RunConfig(workload="ctr", size=size, threads=2, latency_repeats=5)
-    # --quick leaves compile out: a cold compile is ~10 s on 2 cores, a third of the quick budget.
-    extras = [e for e in SPEED_EXTRAS if not (args.quick and e == "compile")]
-    ablation = speed_stack(base, storage="network_fs", extras=extras)
+def _run(ablation: Ablation) -> tuple[Any, float]:
     t0 = time.perf_counter()  # the whole ablation's wall time, one event reported as a figure: nothing to interleave
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "stacked.sqlite") as store:
         df = run_ablation(ablation, repeats=1, seeds=(0, 1, 2), store=store,
                           progress=lambda ev: ev.get("phase") == "ablation" and print(
                               f"  [{ev['done']}/{ev['total']}] {ev['arm']} seed {ev['seed']}", flush=True))
-    wall_s = time.perf_counter() - t0
+    return df, time.perf_counter() - t0
+
+
+def _why(row: dict[str, Any]) -> str:
+    return row["why"] if isinstance(row["why"], str) else "; ".join(row["why"] or [])
+
+
+def _speed(row: dict[str, Any], col: str) -> tuple[float, tuple[float, float] | None]:
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    ci = (lo, hi) if lo is not None and hi is not None and lo == lo and hi == hi else None
+    return row[col], ci
+
+
+def ctr_part(quick: bool) -> dict[str, Any]:
+    size = "tiny" if quick else "small"
+    base = RunConfig(workload="ctr", size=size, threads=2, latency_repeats=5)
+    # --quick leaves compile out: a cold compile is ~10 s on 2 cores, a third of the quick budget.
+    extras = [e for e in SPEED_EXTRAS if not (quick and e == "compile")]
+    df, wall_s = _run(speed_stack(base, storage="network_fs", extras=extras))
     figures = []
     for row in df.to_dict("records"):
         if row["arm"] == "baseline":
@@ -64,23 +90,75 @@ def main() -> None:
             figures.append(figure(f"+{row['arm']}", math.nan, unit="x", family="stacked",
                                   note=f"failed: {row['error']}"))
             continue
-        why = row["why"] if isinstance(row["why"], str) else "; ".join(row["why"] or [])
-        figures.append(figure(
-            f"{row['arm']} training speedup vs naive", row["train_speedup"], unit="x",
-            ci=(row["train_speedup_lo"], row["train_speedup_hi"]), family="stacked",
-            note=f"AUC {auc_delta(row)}; step {row['step_speedup']:.2f}x; {why[:160]}"))
+        value, ci = _speed(row, "train_speedup")
+        figures.append(figure(f"{row['arm']} training speedup vs naive", value, unit="x", ci=ci, family="stacked",
+                              note=f"{delta(row, 'AUC')}; step {row['step_speedup']:.2f}x; {_why(row)[:160]}"))
     best = best_under_budget(df, BUDGET_PT)
     if best is not None:
-        met = bool(best["train_speedup"] >= GOAL_SPEEDUP)
-        figures.append(figure(
-            f"best stack within {BUDGET_PT:g} pt AUC: {best['arm']}", best["train_speedup"], unit="x",
-            ci=(best["train_speedup_lo"], best["train_speedup_hi"]), goal=f">= {GOAL_SPEEDUP:g}x at <= 1 pt AUC",
-            met=met, family="stacked",
-            note=f"AUC {auc_delta(best)}; {SEED_CLAIMS}"))
+        value, ci = _speed(best, "train_speedup")
+        figures.append(figure(f"best stack within {BUDGET_PT:g} pt AUC: {best['arm']}", value, unit="x", ci=ci,
+                              goal=f">= {GOAL_SPEEDUP:g}x at <= 1 pt AUC", met=bool(value >= GOAL_SPEEDUP),
+                              family="stacked", note=f"{delta(best, 'AUC')}; {SEED_CLAIMS}"))
     else:
         figures.append(figure("best stack within 1 pt AUC: none", math.nan, unit="x",
                               goal=f">= {GOAL_SPEEDUP:g}x at <= 1 pt AUC", met=False, family="stacked"))
-    emit("stacked", args, figures, size=size, wall_s=wall_s, table=df.to_dict("records"))
+    return {"figures": figures, "size": size, "wall_s": wall_s, "table": df.to_dict("records")}
+
+
+def top_part(quick: bool) -> dict[str, Any]:
+    spec = TOP_QUICK if quick else TOP
+    base = RunConfig(workload=spec["workload"], size=spec["size"], model_scale=spec["model_scale"],
+                     epochs=spec["epochs"], threads=2, latency_repeats=5, device="cpu")
+    ablation = top_stack(base)
+    for arm, why in ablation.skipped.items():
+        print(f"  skipped {arm}: {why}", flush=True)
+    df, wall_s = _run(ablation)
+    rung = f"{spec['workload']}/{spec['size']}" + (f"@{spec['model_scale']}" if spec["model_scale"] else "")
+    figures = [figure(f"top {rung} fp32 baseline training time", float(df.iloc[0]["train_time_s"]), unit="s",
+                      family="stacked", note=f"accuracy {df.iloc[0]['metric']:.4f}; {spec['epochs'] or 'default'} "
+                      "epochs; inference latency is the final model's (fp32 eager for the baseline)")]
+    figures += [figure(f"top {rung} {arm}", math.nan, unit="x", family="stacked", note=f"skipped: {why}")
+                for arm, why in ablation.skipped.items()]
+    for row in df.to_dict("records"):
+        if row["arm"] == "baseline":
+            continue
+        if row["status"] != "ok":
+            figures.append(figure(f"top {rung} {row['arm']}", math.nan, unit="x", family="stacked",
+                                  note=f"failed: {row['error']}"))
+            continue
+        for col, what in (("train_speedup", "training"), ("infer_speedup", "inference")):
+            value, ci = _speed(row, col)
+            if value is None or value != value:  # the arm cannot change that axis (int8 on training): no figure
+                continue
+            whole = row["arm"] == "fused_optim+prune_channels50+int8_static" and col == "infer_speedup"
+            figures.append(figure(
+                f"top {rung} {row['arm']} {what} speedup vs fp32", value, unit="x", ci=ci, family="stacked",
+                goal=f"> {TOP_GOAL:g}x" if whole else None, met=bool(value > TOP_GOAL) if whole else None,
+                note=f"{delta(row, 'accuracy')}; size ratio {float(row['size_ratio']):.2f} (fp32 bytes / arm "
+                     f"bytes); {_why(row)[:160]}"))
+    return {"figures": figures, "rung": rung, "epochs": spec["epochs"], "wall_s": wall_s,
+            "skipped": ablation.skipped, "table": df.to_dict("records")}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (well under a few minutes)")
+    p.add_argument("--json", metavar="PATH", help="write the figures here (keeping the other part's)")
+    p.add_argument("--part", choices=("all", "ctr", "top"), default="all")
+    args = p.parse_args()
+    parts: dict[str, Any] = {}
+    if args.json and Path(args.json).exists():
+        old = json.loads(Path(args.json).read_text())
+        parts = dict(old.get("parts") or {})
+        if not parts and old.get("figures"):  # a file from before the parts: it is the ctr part alone
+            parts["ctr"] = {k: old.get(k) for k in ("figures", "size", "wall_s", "table", "measured_at")}
+            parts["ctr"]["git_sha"] = (old.get("env") or {}).get("git_sha")
+    for name, fn in (("ctr", ctr_part), ("top", top_part)):
+        if args.part in ("all", name):
+            parts[name] = fn(args.quick)
+    figures = [f for name in ("ctr", "top") if name in parts for f in parts[name]["figures"]]
+    emit("stacked", args, figures, parts=parts, size=(parts.get("ctr") or {}).get("size"),
+         wall_s=sum(float(v.get("wall_s") or 0) for v in parts.values()))
 
 
 if __name__ == "__main__":

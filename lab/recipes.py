@@ -186,14 +186,70 @@ def factorial(base: RunConfig, techniques: Sequence[str], name: str = "factorial
     return from_techniques(name, base, subsets)
 
 
-def stacked(base: RunConfig) -> Ablation:
+def cannot_pay(techniques: Sequence[str], base: RunConfig, caps: Any = None) -> str | None:
+    """Why the stack ``techniques`` cannot pay on this machine, or ``None``: a low precision
+    (``precision.dtype`` bf16 / fp16) that the CPU's capabilities (:func:`lab.measure.cpu_capabilities`, or
+    ``caps`` planted by a test) say runs emulated, i.e. a reference path at 0.02-0.45x fp32 that made an
+    AVX2 box's stacked ablation run past 30 minutes. ``auto`` is never refused: it measures and keeps fp32.
+    A run on a GPU is not judged by the CPU's flags."""
+    from lab.measure import cpu_capabilities
+
+    if base.device not in ("cpu", "auto") or (base.device == "auto" and _has_cuda()):
+        return None
+    caps = cpu_capabilities() if caps is None else caps
+    for name in techniques:
+        dtype = get_technique(name).overrides.get("precision.dtype")
+        if dtype in ("bf16", "fp16") and not getattr(caps, f"native_{dtype}"):
+            return f"{name}: {dtype} is emulated on this CPU ({caps.missing(dtype)}), so it cannot pay"
+    return None
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def payable(name: str, base: RunConfig, arms: Iterable[Sequence[str]], *, include_emulated: bool = False,
+            caps: Any = None) -> Ablation:
+    """:func:`from_techniques` less the arms :func:`cannot_pay` refuses on this machine, each kept in
+    ``Ablation.skipped`` with its reason (the CLI prints them, the job spec records them); with
+    ``include_emulated`` every arm runs."""
+    arms = [tuple(a) for a in arms]
+    skipped = {} if include_emulated else {arm_name(a): why for a in arms if (why := cannot_pay(a, base, caps))}
+    ablation = from_techniques(name, base, [a for a in arms if arm_name(a) not in skipped])
+    ablation.skipped.update(skipped)
+    return ablation
+
+
+def stacked(base: RunConfig, *, include_emulated: bool = False, caps: Any = None) -> Ablation:
     """The seeds' combined recipes: AMP + pruning, loader workers + AMP, pruning + int8, each alone too.
     The dashboard's default, so its int8 is the eager torch.ao flow: every PT2E arm compiles four graphs (about
     a minute per run on 2 cores), which would make the default take ten minutes; the ``quantization`` recipe
-    compares the flows."""
-    return from_techniques("stacked", base, [["bf16"], ["prune50"], ["int8_eager"], ["workers2"],
-                                             ["bf16", "prune50"], ["workers2", "bf16"],
-                                             ["prune50", "int8_eager"]])
+    compares the flows. bf16 arms are skipped where bf16 is emulated (:func:`payable`)."""
+    return payable("stacked", base, [["bf16"], ["prune50"], ["int8_eager"], ["workers2"], ["bf16", "prune50"],
+                                     ["workers2", "bf16"], ["prune50", "int8_eager"]],
+                   include_emulated=include_emulated, caps=caps)
+
+
+#: The top-rung stack (issue 30): what pays on a large model. Training: fused Adam with ``auto`` precision (it
+#: keeps a native low precision only when a probe on the run's own steps measures it faster, so never an
+#: emulated one) or with bf16 outright (left out where bf16 is emulated). Inference: half the channels removed,
+#: then static int8 of the thinner model. The two halves do not share one run: int8 refuses a run trained under
+#: autocast (``lab.quant.int8.check_supported``: it calibrates and converts an fp32 model), so the deployable
+#: stack trains in fp32 with fused Adam, and the low-precision training gain is its own arm.
+TOP_TRAINING: tuple[str, ...] = ("fused_optim", "amp_auto")
+TOP_INFERENCE: tuple[str, ...] = ("prune_channels50", "int8_static")
+
+
+def top_stack(base: RunConfig, *, include_emulated: bool = False, caps: Any = None) -> Ablation:
+    """The training half (fused Adam + ``auto``; fused Adam + bf16), channel pruning alone and the deployable
+    whole (fused Adam + channels 50 % + static int8), each against the plain fp32 baseline (one int8 arm: a
+    PT2E conversion compiles four graphs, about a minute per run on 2 cores). Training time is end to end:
+    the ``auto`` probe and the pruning fine-tune count; inference is the final model's latency. bf16 arms are
+    skipped where bf16 is emulated (:func:`payable`)."""
+    arms = [list(TOP_TRAINING), ["fused_optim", "bf16"], ["prune_channels50"], ["fused_optim", *TOP_INFERENCE]]
+    return payable("top_stack", base, arms, include_emulated=include_emulated, caps=caps)
 
 
 #: The performance report's stack (benchmarks/stacked.py): ``SPEED_STACK`` is added cumulatively, in the
@@ -222,7 +278,8 @@ def speed_stack(base: RunConfig, storage: str = "network_fs", extras: Sequence[s
     return from_techniques("speed_stack", naive, arms)
 
 
-for _recipe in (stacked, speed_stack, mixed_precision, pruning_sweep, quantization, data_loading, distributed):
+for _recipe in (stacked, top_stack, speed_stack, mixed_precision, pruning_sweep, quantization, data_loading,
+                distributed):
     RECIPES.register(_recipe.__name__, _recipe, overwrite=True)  # overwrite: importlib.reload stays idempotent
 
 

@@ -45,6 +45,8 @@ class Ablation:
     techniques: dict[str, tuple[str, ...]] = field(default_factory=dict)  # arm -> technique stack
     axes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # arm -> axes it can change
     aa: bool = True
+    #: Arms the recipe left out on this machine -> why (an emulated bf16 cannot pay: :func:`lab.recipes.payable`).
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or "#" in self.name:
@@ -143,7 +145,8 @@ class _Progress:
 
 def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0,),
                  store: ResultStore | None = None, progress: ProgressFn | None = None,
-                 run_fn: RunFn | None = None, job_token: str | None = None, budget_pt: float = 1.0) -> pd.DataFrame:
+                 run_fn: RunFn | None = None, job_token: str | None = None, budget_pt: float = 1.0,
+                 estimate: dict[str, Any] | None = None) -> pd.DataFrame:
     """Run every (arm, repeat, seed) interleaved, store each as it finishes, skip those already in
     ``store``, and return :func:`summarize`'s table. A failing arm becomes an error row; the rest run.
 
@@ -156,7 +159,10 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
     ``progress`` gets ``{"phase": "ablation", "done", "total", "arm", "repeat", "seed", "skipped"}``
     after each run (and the inner run's own events under ``"run"``). ``run_fn`` defaults to
     ``lab.run``; tests pass a fake to exercise failures cheaply. ``budget_pt``: the accuracy budget that sets
-    the default time-to-target target (:func:`lab.ablation.target.default_target`)."""
+    the default time-to-target target (:func:`lab.ablation.target.default_target`). ``estimate``: the
+    :func:`estimate_ablation` said before it started; the job's spec keeps it (``spec["estimate"]``) and its
+    state shows ``estimate_s``. The returned table's ``attrs`` hold ``skipped`` (arms the recipe left out,
+    with the reason) and ``estimate``."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} is invalid: allowed: an int >= 1")
     if not seeds:
@@ -164,10 +170,12 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
     run_fn = run if run_fn is None else run_fn
     plan = ablation.schedule(repeats, list(seeds))
     runs: dict[str, list[RunResult]] = {arm: [] for arm in ablation.arms}
-    held = (jobs.holding(store, ablation.key, job_token, spec=to_spec(ablation, repeats, seeds))
-            if store is not None else contextlib.nullcontext())
+    spec = {**to_spec(ablation, repeats, seeds), **({"estimate": estimate} if estimate else {})}
+    held = jobs.holding(store, ablation.key, job_token, spec=spec) if store is not None else contextlib.nullcontext()
     with held as hb:
         track = _Progress(len(plan), hb)
+        if estimate:
+            track.state["estimate_s"] = float(estimate["total_s"])
         for i, (arm, rep, s, cfg) in enumerate(plan):
             track.start_run(i, arm, rep, s)
             label = ablation.label(arm, rep)
@@ -189,7 +197,72 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
             if progress:
                 progress({"phase": "ablation", "done": i + 1, "total": len(plan), "arm": arm, "repeat": rep,
                           "seed": s, "skipped": skipped, "status": done.status})
-    return summarize(runs, techniques=ablation.techniques, axes=ablation.axes, budget_pt=budget_pt)
+    df = summarize(runs, techniques=ablation.techniques, axes=ablation.axes, budget_pt=budget_pt)
+    df.attrs.update(skipped=dict(ablation.skipped), estimate=estimate)
+    return df
+
+
+#: Steps each arm's probe run trains after the config's warm-up steps (:func:`estimate_ablation`).
+PROBE_STEPS = 3
+
+
+def _full_steps(cfg: RunConfig, resolved: dict[str, Any]) -> int:
+    """The optimizer steps a full run of ``cfg`` takes: training (capped by ``max_steps``) plus the pruning
+    fine-tune and the QAT epochs, which run the same loop (each capped by ``max_steps`` too)."""
+    per_epoch = int(resolved.get("steps_per_epoch") or 0) // max(1, cfg.ddp.grad_accum_steps)
+    cap = cfg.max_steps or float("inf")
+    extra = [cfg.prune.finetune_epochs if cfg.prune.method != "none" else 0,
+             cfg.quant.qat_epochs if cfg.quant.method == "qat" else 0]
+    return int(sum(min(cap, e * per_epoch) for e in (int(resolved.get("epochs") or 0), *extra) if e))
+
+
+def estimate_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0,),
+                      run_fn: RunFn | None = None, probe_steps: int = PROBE_STEPS) -> dict[str, Any]:
+    """How long the ablation will take, from one short probe run per arm (before any real run): the probe's
+    wall time holds the arm's one-off costs (data, evaluation, latency, compile, calibration, the fine-tune's
+    setup), its median measured step the per-step cost, so a run is ``probe wall + step x the steps the probe
+    did not take``, and the ablation is the sum over arms x repeats x seeds. The A/A arm is the baseline's
+    config, so it is not probed again. What it cannot see: ``auto`` precision's own probe inside a full run (a
+    short run is too short to probe) and evaluations every ``eval_every`` steps; so it is a floor for those.
+
+    Returns ``{"total_s", "probe_s", "runs", "per_run_s": {arm: s}, "failed", "rule"}``; an arm whose probe
+    fails counts its probe time and is named under ``"failed"`` (the real run will record the error)."""
+    run_fn = run if run_fn is None else run_fn
+    per_run: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    t0 = time.monotonic()
+    for arm, cfg in ablation.arms.items():
+        if arm == AA_ARM:
+            continue
+        t = time.monotonic()
+        try:
+            probe = run_fn(cfg.with_overrides(max_steps=cfg.warmup_steps + probe_steps), on_error="record")
+        except Exception as exc:  # refused before any work: the real run is refused the same way, at once
+            probe = _error_result(cfg, exc)
+        wall = time.monotonic() - t
+        steps = int(probe.steps or 0)
+        if probe.status != "ok" or not steps:
+            per_run[arm], failed[arm] = wall, str(probe.error or "no step")
+            continue
+        measured = [float(x) for x in probe.measured_ms("total")]
+        step_s = (sorted(measured)[len(measured) // 2] / 1e3 if measured else float(probe.train_time_s) / steps)
+        per_run[arm] = wall + step_s * max(0, _full_steps(cfg, probe.details.get("resolved") or {}) - steps)
+    if AA_ARM in ablation.arms and "baseline" in per_run:
+        per_run[AA_ARM] = per_run["baseline"]
+    rounds = int(repeats) * len(seeds)
+    return {"total_s": sum(per_run.values()) * rounds, "probe_s": time.monotonic() - t0,
+            "runs": len(ablation.arms) * rounds, "per_run_s": per_run, "failed": failed,
+            "rule": f"per arm: a {probe_steps}-step probe run's wall time + its median step x the steps it did "
+                    f"not take; x {repeats} repeat(s) x {len(seeds)} seed(s); A/A = baseline"}
+
+
+def estimate_text(estimate: dict[str, Any]) -> str:
+    """One sentence for the CLI (and anything else that shows an estimate before a long wait)."""
+    slow = sorted(estimate["per_run_s"].items(), key=lambda kv: -kv[1])[:3]
+    return (f"estimated {estimate['total_s']:.0f} s for {estimate['runs']} runs (probes took "
+            f"{estimate['probe_s']:.0f} s); slowest arms per run: "
+            + ", ".join(f"{a} {s:.1f} s" for a, s in slow)
+            + (f"; probe failed: {', '.join(estimate['failed'])}" if estimate.get("failed") else ""))
 
 
 def to_spec(ablation: Ablation, repeats: int, seeds: Sequence[int]) -> dict[str, Any]:
@@ -198,7 +271,7 @@ def to_spec(ablation: Ablation, repeats: int, seeds: Sequence[int]) -> dict[str,
             "arms": {a: c.to_dict() for a, c in ablation.arms.items() if a not in ("baseline", AA_ARM)},
             "techniques": {a: list(t) for a, t in ablation.techniques.items()},
             "axes": {a: list(x) for a, x in ablation.axes.items()}, "aa": ablation.aa,
-            "repeats": int(repeats), "seeds": [int(s) for s in seeds]}
+            "skipped": dict(ablation.skipped), "repeats": int(repeats), "seeds": [int(s) for s in seeds]}
 
 
 def from_spec(spec: dict[str, Any]) -> tuple[Ablation, int, list[int]]:
@@ -206,7 +279,8 @@ def from_spec(spec: dict[str, Any]) -> tuple[Ablation, int, list[int]]:
     ab = Ablation(name=spec["name"], baseline=RunConfig.from_dict(spec["baseline"]),
                   arms={a: RunConfig.from_dict(c) for a, c in spec["arms"].items()},
                   techniques={a: tuple(t) for a, t in spec["techniques"].items()},
-                  axes={a: tuple(x) for a, x in spec["axes"].items()}, aa=spec["aa"])
+                  axes={a: tuple(x) for a, x in spec["axes"].items()}, aa=spec["aa"],
+                  skipped=dict(spec.get("skipped") or {}))
     return ab, int(spec["repeats"]), [int(s) for s in spec["seeds"]]
 
 
@@ -239,5 +313,5 @@ def load_stored(store: ResultStore, name: str, hardware_id: str | None = None) -
                 runs.setdefault(parts[2], []).append(result)
     return runs
 
-__all__ = ["Ablation", "ProgressFn", "RunFn", "from_spec", "load_ablation", "load_stored", "run_ablation",
-           "stored_ablations", "to_spec"]
+__all__ = ["PROBE_STEPS", "Ablation", "ProgressFn", "RunFn", "estimate_ablation", "estimate_text", "from_spec",
+           "load_ablation", "load_stored", "run_ablation", "stored_ablations", "to_spec"]

@@ -7,6 +7,7 @@ the crossover map's prediction per arm are printed. The base configuration's fla
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -40,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--budget-pt", type=float, default=1.0)
     store_flags(g, "results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
     g.add_argument("--csv", default=None, help="also write the table here")
+    g.add_argument("--include-emulated", action="store_true",
+                   help="run the recipe's bf16 / fp16 arms even where this CPU emulates them (skipped by default: "
+                        "they cannot pay and run at a fraction of fp32)")
+    g.add_argument("--no-estimate", action="store_true",
+                   help="start at once, without the probe run per arm that estimates the ablation's time")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -56,7 +62,10 @@ def main(args: argparse.Namespace) -> int:
     if techs:
         ablation = factorial(base, techs) if args.factorial else from_techniques("custom", base, [techs])
     else:
-        ablation = get_recipe(args.recipe)(base)
+        recipe = get_recipe(args.recipe)
+        if args.include_emulated and "include_emulated" not in inspect.signature(recipe).parameters:
+            raise UsageError(f"--include-emulated: recipe {args.recipe!r} does not skip emulated arms")
+        ablation = recipe(base, include_emulated=True) if args.include_emulated else recipe(base)
     if args.seeds < 1:
         raise UsageError(f"seeds={args.seeds} is invalid: allowed: >= 1")
     if args.repeats < 1:
@@ -65,6 +74,14 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"budget-pt={args.budget_pt} is invalid: allowed: a finite number >= 0")
     if args.csv:
         writable_file(args.csv, "--csv")  # checked now, not after the ablation has run
+    for arm, why in ablation.skipped.items():
+        print(f"skipped {arm}: {why} (--include-emulated runs it)")
+    estimate = None
+    if not args.no_estimate:
+        from lab.ablation import estimate_ablation, estimate_text
+
+        estimate = estimate_ablation(ablation, repeats=args.repeats, seeds=list(range(args.seeds)))
+        print(estimate_text(estimate), flush=True)
     with ResultStore(args.store) as store, tqdm(total=len(ablation.arms) * args.repeats * args.seeds,
                                               unit="run", file=sys.stderr) as bar:
         def progress(event: dict) -> None:
@@ -73,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
                 bar.update(1)
 
         df = run_ablation(ablation, repeats=args.repeats, seeds=list(range(args.seeds)), store=store,
-                          progress=progress, budget_pt=args.budget_pt)
+                          progress=progress, budget_pt=args.budget_pt, estimate=estimate)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
         from lab.ablation.record import build_record
 

@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads for every arm (default 1)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 5; --quick 4)")
     p.add_argument("--quick", action="store_true", help="4 rungs per workload, cheap techniques (~2-3 min)")
+    p.add_argument("--include-emulated", action="store_true",
+                   help="--quick: also time bf16 / fp16 where this CPU runs them emulated (skipped by default: "
+                   "a reference path that cannot pay, and most of the quick map's time on an AVX2 CPU)")
     p.add_argument("--json", metavar="PATH", help="write the map here")
     p.add_argument("--threads-study", action="store_true", help="the map at 1 thread vs all cores, and loader "
                    "workers vs compute threads along the vision ladder (lab.crossover.threads)")
@@ -41,8 +44,12 @@ def main(args: argparse.Namespace) -> int:
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - progress to stderr
     machine.machine_card(quick=args.quick, progress=say)  # cached after the first: the map cites its peaks
     the_map = crossover.build_map(workloads, techniques, quick=args.quick, threads=args.threads,
-                                  repeats=args.repeats, progress=lambda m: print(m, file=sys.stderr, flush=True))
+                                  repeats=args.repeats, progress=lambda m: print(m, file=sys.stderr, flush=True),
+                                  skip_emulated=args.quick and not args.include_emulated)
     print("\n".join(crossover.headline_lines(the_map)))
+    if the_map.get("skipped_emulated"):
+        why = next(r["why"] for r in the_map["rows"] if r["technique"] in the_map["skipped_emulated"])
+        print(f"not timed ({', '.join(the_map['skipped_emulated'])}): {why.split('skipped: ', 1)[-1]}")
     if out is not None:
         print(f"wrote {crossover.write_map(the_map, out)}")
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,11 +136,14 @@ def _note_emulated(bench: Bench, dtype: str) -> None:
         bench.notes.setdefault(dtype, f"emulated here ({cap.reason}); measured anyway")
 
 
-def build_arms(bench: Bench, techniques: list[str], axis: str) -> tuple[dict[str, Arm], dict[str, str]]:
+def build_arms(bench: Bench, techniques: list[str], axis: str,
+               requested: Sequence[str] = ()) -> tuple[dict[str, Arm], dict[str, str]]:
     """``({arm: callable}, {technique: why skipped})`` for ``axis``: a ``base`` arm (the fp32 eager step or
     call) plus one arm per technique that applies and builds; ``workers`` brings its own baseline
     (``workers_base``: the same step fed by the in-memory loader), and ``auto`` none (it is decided from the
-    bf16 / fp16 / base samples afterwards). A technique that fails to build is skipped with its reason."""
+    bf16 / fp16 / base samples afterwards; ``requested``: every technique asked for, so ``auto`` whose
+    low-precision candidates the caller skipped is decided from fp32 alone). A technique that fails to build is
+    skipped with its reason."""
     arms: dict[str, Arm] = {}
     skipped: dict[str, str] = {}
     if "compile" in techniques:
@@ -165,7 +168,7 @@ def build_arms(bench: Bench, techniques: list[str], axis: str) -> tuple[dict[str
                 arms[tech] = train_step(bench, model, policy=PrecisionPolicy(dtype=tech)) if axis == TRAIN \
                     else inference_call(bench, eval_model, dtype=tech)
             elif tech == "auto":
-                if not {"bf16", "fp16"} & set(techniques):
+                if not {"bf16", "fp16"} & {*techniques, *requested}:
                     raise ValueError("auto is decided from the bf16 / fp16 arms; ask for them too")
             elif tech == "fused_optimizer":
                 arms[tech] = train_step(bench, model, fused=True)

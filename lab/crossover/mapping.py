@@ -31,6 +31,7 @@ from lab.crossover.fit import (
 from lab.crossover.measure import SLOW_MARK, ProgressFn, make_bench, measure_rung
 from lab.crossover.reference import compare as compare_with_plain
 from lab.measure import card_summary, environment_stamp, limit_sentence, load_card
+from lab.precision import capability
 from lab.workloads import SCALE_NAMES, get_workload
 
 ROW_KEYS = ("workload", "rung", "params", "macs_per_sample", "technique", "axis", "speedup", "ci_lo", "ci_hi",
@@ -100,13 +101,34 @@ def cite_machine_card(the_map: dict[str, Any]) -> None:
             row["why"] = f"{row['why']}; card: {limit}" if row.get("why") else f"card: {limit}"
 
 
+def emulated_skips(techniques: Sequence[str], device: str = "cpu") -> dict[tuple[str, str], str]:
+    """(technique, axis) -> why not to time it, for each low precision this machine runs emulated
+    (:func:`lab.precision.capability`): an emulated dtype is a reference path at 0.02-0.45x fp32 (bf16 on an
+    AVX2 box), so timing it says only what the capability check already says, and it was most of the quick
+    map's time there (153 s against 60-80 s with native bf16)."""
+    out: dict[tuple[str, str], str] = {}
+    for tech in ("bf16", "fp16"):
+        cap = capability(tech, device) if tech in techniques else None
+        if cap is not None and not cap.native:
+            for axis in TECHNIQUES[tech]:
+                out[(tech, axis)] = (f"{tech} is emulated here ({cap.reason}): it cannot pay, so this map does not "
+                                     "time it (--include-emulated does)")
+    return out
+
+
 def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: bool = False, threads: int = 1,
               repeats: int | None = None, rungs: dict[str, Sequence[str]] | None = None,
-              batch_size: dict[str, int] | None = None, progress: ProgressFn | None = None) -> dict[str, Any]:
+              batch_size: dict[str, int] | None = None, progress: ProgressFn | None = None,
+              skip_emulated: bool | None = None) -> dict[str, Any]:
     """Measure and analyse the map. ``rungs`` / ``batch_size`` override the per-workload defaults (all rungs,
-    ``quick``: :data:`QUICK_RUNGS`; the batch of :func:`map_batch`)."""
+    ``quick``: :data:`QUICK_RUNGS`; the batch of :func:`map_batch`). ``skip_emulated`` (default: ``quick``):
+    bf16 / fp16 cells this machine would run emulated are skipped rows with the reason
+    (:func:`emulated_skips`); the full map times them, so it shows how slow emulation is."""
     check_names(workloads, techniques)
     repeats = repeats or (4 if quick else 5)
+    emulated = emulated_skips(techniques) if (quick if skip_emulated is None else skip_emulated) else {}
+    if emulated and progress:
+        progress("not timed: " + "; ".join(dict.fromkeys(v for v in emulated.values())))
     rows: list[dict[str, Any]] = []
     facts: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -122,7 +144,7 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
                           for t, at in SPARSE_RUNGS.items() if t in techniques and rung not in at
                           and len([g for g in ladder if g in at]) >= 2 for a in TECHNIQUES[t]}
                 f, r = measure_rung(wl, rung, list(techniques), repeats=repeats, block_ms=15.0 if quick else 40.0,
-                                    batch_size=batch, skip={**sparse, **too_slow}, progress=progress,
+                                    batch_size=batch, skip={**sparse, **too_slow, **emulated}, progress=progress,
                                     axis_budget_s=AXIS_BUDGET_S[quick])
                 facts.append(f)
                 rows += r
@@ -134,6 +156,7 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
     out = analyse(rows, facts)
     out["reference"] = reference
     cite_machine_card(out)
+    out["skipped_emulated"] = sorted({t for t, _ in emulated})
     out.update({"env": env, "benchmark": "crossover", "quick": quick, "threads": threads,
                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "wall_s": round(time.monotonic() - t0, 1)})

@@ -91,7 +91,7 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
     rung's 1-2 s steps would otherwise cost minutes per axis for a CI that 3 rounds already give)."""
     skip = skip or {}
     t_build = time.monotonic()
-    arms, skipped = build_arms(bench, [t for t in techniques if t not in skip], axis)
+    arms, skipped = build_arms(bench, [t for t in techniques if t not in skip], axis, requested=techniques)
     skipped.update(skip)
     base_ms = _one_call_ms(arms["base"])
     iters = max(1, min(64, math.ceil(block_ms / max(base_ms, 1e-3))))
@@ -131,6 +131,8 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
         if tech == "auto":
             low = {d: samples[d] for d in ("bf16", "fp16") if d in samples}
             choice, why = decide_auto({"fp32": base, **low}, {d: capability(d, "cpu") for d in low})
+            not_timed = [f"{d}: {skipped[d]}" for d in ("bf16", "fp16") if d in techniques and d in skipped]
+            why = "; ".join([why, *not_timed])
             rows.append({**_row(base, samples.get(choice, base), **here), "why": why})
             continue
         if tech == "workers":

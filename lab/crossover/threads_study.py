@@ -53,6 +53,7 @@ def _paired_maps(workloads: Sequence[str], techniques: Sequence[str], *, quick: 
             if progress:
                 progress(f"map at {threads} thread(s): {name}")
             part = build_map([name], techniques, quick=True, threads=threads, repeats=3, rungs={name: rungs},
+                             skip_emulated=quick,
                              progress=progress)
             got = maps.setdefault(threads, {"rows": [], "crossovers": [], "fits": [], "rungs": [], "wall_s": 0.0,
                                             "threads": threads, "env": part["env"]})
