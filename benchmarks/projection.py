@@ -2,7 +2,7 @@
 
     python benchmarks/projection.py [--quick] [--json PATH] [--workloads ctr,vision] [--pairs 3]
 
-Per workload (size ``tiny``, all cores, one evaluation per epoch, no latency timing): a short run of the size's
+Per workload (size ``tiny``, one thread, one evaluation per epoch, no latency timing): a short run of the size's
 epochs is projected to 10x its epochs (:func:`lab.ablation.project.project_run`), and the 10x run is then
 measured (its end-to-end time, :func:`lab.result.timeline.end_to_end_s`: loop + evaluations + one-off costs
 outside the loop). Short and long runs alternate (short, long, short, long, ...), so a change of the machine's
@@ -10,7 +10,13 @@ load hits both sides of a pair alike; the error per pair is projected / measured
 median over pairs (``--pairs``, 3 by default; ``--quick``: 1 pair, ctr only). Goal: |error| <= 10 %.
 
 On a shared machine the long run's wall time moves with the load (a neighbour's job doubles a step), which the
-short run cannot foresee; the per-pair errors are in the note, so a spread says so.
+short run cannot foresee; the per-pair errors are in the note, so a spread says so. One thread: two on a shared
+2-core machine oversubscribe it, and a step then waits on its own barrier (a 30-epoch vision run took > 25 min).
+
+``--stack workers2,bf16`` instead measures the closing note's table per workload: that stack against the baseline
+(interleaved, ``--pairs`` repeats, one evaluation per epoch, target = the baseline's final metric minus 1 pt):
+per-step speedup, time-to-target speedup, end-to-end speedup, one-off costs and peak memory, each with its
+interval where it has one, and the headline said the seeds' way (:func:`lab.ablation.project.seeds_way`).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ FACTOR = 10
 
 
 def one_workload(workload: str, pairs: int) -> dict:
-    base = RunConfig(workload=workload, size="tiny", latency_repeats=0)
+    base = RunConfig(workload=workload, size="tiny", latency_repeats=0, threads=1)
     res = resolve(base)
     cfg = base.with_overrides(eval_every=max(1, res.spec.n_train // res.batch_size))  # one evaluation per epoch
     short_epochs = res.epochs
@@ -55,16 +61,61 @@ def one_workload(workload: str, pairs: int) -> dict:
             "errors": errors, "projected_s": projected, "measured_s": measured}
 
 
+def stack_table(workload: str, stack: list[str], repeats: int) -> list[dict]:
+    """The closing note's row per arm for ``stack`` on ``workload``/tiny, and the headline, as figures."""
+    import tempfile
+
+    from lab import ResultStore
+    from lab.ablation import load_ablation, run_ablation
+    from lab.ablation.project import measured_arms, seeds_way
+    from lab.recipes import from_techniques
+
+    base = RunConfig(workload=workload, size="tiny", latency_repeats=3, threads=1)
+    res = resolve(base)
+    base = base.with_overrides(eval_every=max(1, res.spec.n_train // res.batch_size))
+    ablation = from_techniques("note", base, [stack])
+    with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "note.sqlite") as store:
+        df = run_ablation(ablation, repeats=repeats, store=store)
+        runs = load_ablation(ablation, store, repeats=repeats)
+    said = seeds_way(df, measured_arms(runs))
+    print(f"  {workload}: {said}", flush=True)
+    out = []
+    for row in df.to_dict("records"):
+        if row["arm"] == "baseline":
+            continue
+
+        def ci(c: str, row: dict = row) -> tuple[float, float] | None:
+            lo, hi = row.get(f"{c}_lo"), row.get(f"{c}_hi")
+            return (lo, hi) if lo is not None and hi is not None and lo == lo and hi == hi else None
+
+        name = f"{workload}/tiny {row['arm']}"
+        out += [figure(f"{name}: per-step speedup", row["step_speedup"], unit="x", ci=ci("step_speedup"),
+                       family="projection"),
+                figure(f"{name}: time-to-target speedup", row["ttt_speedup"], unit="x", ci=ci("ttt_speedup"),
+                       family="projection", note=f"target {row['target_metric']}; {row['ttt_reached']}"),
+                figure(f"{name}: end-to-end speedup", row["train_speedup"], unit="x", ci=ci("train_speedup"),
+                       family="projection"),
+                figure(f"{name}: one-off costs", row["one_off_s"], unit="s", family="projection",
+                       note="median over runs"),
+                figure(f"{name}: peak memory", row["peak_memory_mb"] or float("nan"), unit="MB", family="projection",
+                       note=f"baseline {df.loc[df['arm'] == 'baseline', 'peak_memory_mb'].iloc[0]} MB")]
+    out.append(figure(f"{workload}/tiny headline", float("nan"), unit="", family="projection", note=said or ""))
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one pair, ctr only")
     p.add_argument("--json", metavar="PATH", help="write the figures here")
     p.add_argument("--workloads", default="ctr,vision")
     p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--stack", default=None, help="measure the closing note's table for this stack instead")
     args = p.parse_args()
     names = ["ctr"] if args.quick else [w.strip() for w in args.workloads.split(",") if w.strip()]
     figures = []
-    for name in names:
+    for name in names if args.stack else []:
+        figures += stack_table(name, [t.strip() for t in args.stack.split(",")], args.pairs)
+    for name in [] if args.stack else names:
         got = one_workload(name, 1 if args.quick else args.pairs)
         err = median(got["errors"])
         each = ", ".join(f"{e:+.1%}" for e in got["errors"])
