@@ -58,8 +58,34 @@ def test_auto_with_qat_is_refused_before_any_work():
     assert "auto" in QuantConfig.FLOWS
 
 
+def test_probe_times_both_candidates_and_keeps_the_one_decided(monkeypatch):
+    """The plumbing without compiling: each flow's model is built once, both are timed on the given batch, and
+    the chosen one comes back with its own record and the decision beside it."""
+    built = []
+
+    def quantize(qc):
+        built.append(qc.flow)
+        return nn.Identity(), {"flow": qc.flow}
+
+    monkeypatch.setattr(A, "candidate_refusals", lambda model, qc: {})
+    monkeypatch.setattr(A.measure, "inference_latency_ms", lambda models, x, repeats, warmup: {
+        "pt2e": [2.0] * repeats, "legacy": [1.0] * repeats})
+    q, info = A.probe_flows(nn.Linear(4, 4), QuantConfig(method="static", flow="auto"), quantize,
+                            (torch.randn(3, 4),), repeats=2)
+    assert built == list(A.CANDIDATES) and info["flow"] == info["auto"]["chosen"] == "legacy"
+    assert info["auto"]["decisive"] and info["auto"]["batch"] == 3
+    assert info["auto"]["paired_ratio_legacy_over_pt2e"]["repeats"] == A.MIN_REPEATS  # at least MIN_REPEATS
+    monkeypatch.setattr(A, "candidate_refusals", lambda model, qc: {"legacy": "FX cannot trace it"})
+    built.clear()
+    _, info = A.probe_flows(nn.Linear(4, 4), QuantConfig(method="static", flow="auto"), quantize,
+                            (torch.randn(3, 4),), repeats=2)
+    assert built == ["pt2e"] and info["auto"]["not_candidates"] == {"legacy": "FX cannot trace it"}
+
+
 @pytest.mark.capability
+@pytest.mark.slow
 def test_real_probe_builds_both_flows_and_records_its_decision():
+    """Compiles a PT2E model (~20-40 s on 2 busy cores), hence slow; the plumbing is covered cheaply above."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
     loader = [(torch.randn(16, 32), torch.zeros(16, dtype=torch.long)) for _ in range(2)]
