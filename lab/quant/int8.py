@@ -292,6 +292,9 @@ def _linearized(model: nn.Module) -> tuple[nn.Module, list[str]]:
 def _dispatch(model: nn.Module, qc: QuantConfig, calibration_loader: Iterable | None, *,
               finetune: Callable[[nn.Module], Any] | None, example_inputs: tuple | None
               ) -> tuple[nn.Module, dict[str, Any]]:
+    if qc.flow == "auto":
+        raise ValueError("quant.flow='auto' picks a flow by timing both on the run's batch: call "
+                         "lab.quant.flow_auto.probe_flows (a lab run does), or name pt2e or legacy here")
     if qc.flow == "pt2e":
         from lab.quant import pt2e
 

@@ -98,3 +98,8 @@ def test_real_probe_builds_both_flows_and_records_its_decision():
     assert auto["batch"] == 16 and auto["probe_s"] > 0 and auto["why"]
     with torch.no_grad():
         assert Q.relative_error(model(loader[0][0]), q(loader[0][0])) < 0.1
+
+
+def test_quantize_with_report_refuses_auto_instead_of_silently_taking_a_flow():
+    with pytest.raises(ValueError, match="probe_flows"):
+        Q.quantize_with_report(nn.Sequential(nn.Linear(4, 4)), QuantConfig(method="dynamic", flow="auto"))
