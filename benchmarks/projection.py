@@ -13,10 +13,10 @@ On a shared machine the long run's wall time moves with the load (a neighbour's 
 short run cannot foresee; the per-pair errors are in the note, so a spread says so. One thread: two on a shared
 2-core machine oversubscribe it, and a step then waits on its own barrier (a 30-epoch vision run took > 25 min).
 
-``--stack workers2,bf16`` instead measures the closing note's table per workload: that stack against the baseline
-(interleaved, ``--pairs`` repeats, one evaluation per epoch, target = the baseline's final metric minus 1 pt):
-per-step speedup, time-to-target speedup, end-to-end speedup, one-off costs and peak memory, each with its
-interval where it has one, and the headline said the seeds' way (:func:`lab.ablation.project.seeds_way`).
+``--stack workers2,bf16`` (or ``--recipe stacked``: every arm of it) instead measures the closing note's table
+per workload: each arm against the baseline (interleaved, ``--pairs`` repeats, four evaluations per epoch, target
+= the baseline's final metric minus 1 pt): per-step, time-to-target and end-to-end speedups with their intervals,
+one-off costs and peak memory, and the headline said the seeds' way (:func:`lab.ablation.project.seeds_way`).
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ def one_workload(workload: str, pairs: int) -> dict:
             "errors": errors, "projected_s": projected, "measured_s": measured}
 
 
-def stack_table(workload: str, stack: list[str], repeats: int) -> list[dict]:
-    """The closing note's row per arm for ``stack`` on ``workload``/tiny, and the headline, as figures."""
+def stack_table(workload: str, stack: list[str], repeats: int, recipe: str | None = None,
+                evals_per_epoch: int = 4) -> list[dict]:
+    """The closing note's row per arm for ``stack`` (or every arm of ``recipe``) on ``workload``/tiny, and the
+    headline, as figures. ``evals_per_epoch`` evaluations per epoch, so a time to target can fall before the end."""
     import tempfile
 
     from lab import ResultStore
@@ -72,8 +74,13 @@ def stack_table(workload: str, stack: list[str], repeats: int) -> list[dict]:
 
     base = RunConfig(workload=workload, size="tiny", latency_repeats=3, threads=1)
     res = resolve(base)
-    base = base.with_overrides(eval_every=max(1, res.spec.n_train // res.batch_size))
-    ablation = from_techniques("note", base, [stack])
+    base = base.with_overrides(eval_every=max(1, res.spec.n_train // res.batch_size // evals_per_epoch))
+    if recipe:
+        from lab.recipes import get_recipe
+
+        ablation = get_recipe(recipe)(base)
+    else:
+        ablation = from_techniques("note", base, [stack])
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "note.sqlite") as store:
         df = run_ablation(ablation, repeats=repeats, store=store)
         runs = load_ablation(ablation, store, repeats=repeats)
@@ -110,12 +117,15 @@ def main() -> None:
     p.add_argument("--workloads", default="ctr,vision")
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--stack", default=None, help="measure the closing note's table for this stack instead")
+    p.add_argument("--recipe", default=None, help="... or for every arm of this recipe (e.g. stacked)")
     args = p.parse_args()
     names = ["ctr"] if args.quick else [w.strip() for w in args.workloads.split(",") if w.strip()]
     figures = []
-    for name in names if args.stack else []:
-        figures += stack_table(name, [t.strip() for t in args.stack.split(",")], args.pairs)
-    for name in [] if args.stack else names:
+    table = bool(args.stack or args.recipe)
+    for name in names if table else []:
+        figures += stack_table(name, [t.strip() for t in (args.stack or "").split(",") if t.strip()], args.pairs,
+                               recipe=args.recipe)
+    for name in [] if table else names:
         got = one_workload(name, 1 if args.quick else args.pairs)
         err = median(got["errors"])
         each = ", ".join(f"{e:+.1%}" for e in got["errors"])
