@@ -170,12 +170,15 @@ def inline_progress(store: ResultStore, prefix: str, label: str) -> Callable[[di
 
 
 @st.fragment(run_every=REFRESH_S)
-def live_progress(key: str, so_far: Callable[[dict[str, Any]], None] | None = None) -> None:
-    """Redrawn every second while the job runs, with ``so_far(job)`` under the progress line (the figures of
-    the runs finished so far); a full rerun when it ends shows the results."""
+def live_progress(key: str, so_far: Callable[[dict[str, Any]], None] | None = None, noun: str = "ablation",
+                  lead: str = "") -> None:
+    """Redrawn every second while the job runs: ``lead`` and :func:`worker_line` (in here, so the worker's pid
+    shows as soon as it adopts the job, not at the next full rerun), the progress line and ``so_far(job)``
+    under it (the figures of the runs finished so far); a full rerun when it ends shows the results."""
     found = jobs.job(_shared.store(), key)
     if found is None or not found["live"]:
         st.rerun()
+    st.caption(lead + worker_line(found, noun))
     frac, line = progress_line(found)
     st.progress(frac, text="running" + (" (cancel requested: stops before the next step)" if found["cancel"] else ""))
     st.markdown(line)

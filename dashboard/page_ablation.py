@@ -61,8 +61,8 @@ def render() -> None:
         return
     if c.running:
         workload = (job.get("spec") or {}).get("baseline", {}).get("workload") or c.workload
-        st.caption(f"Workload **{workload}**. " + _lifecycle.worker_line(job, "ablation"))
-        _lifecycle.live_progress(job["key"], _views.show_so_far)  # the first arms' figures as they arrive
+        # the first arms' figures as they arrive; the caption names the worker's pid once it has adopted the job
+        _lifecycle.live_progress(job["key"], _views.show_so_far, "ablation", f"Workload **{workload}**. ")
         return
     _lifecycle.ended_badly(job, "ablation")
     store = _shared.store()

@@ -94,8 +94,7 @@ def render() -> None:
     if running:
         if choices.running:
             st.caption("An ablation runs too: both share the cores, so these timings are slower than alone.")
-        st.caption(_lifecycle.worker_line(job, LANE.noun))
-        _lifecycle.live_progress(job["key"], _show)  # each loader's figures as its run ends
+        _lifecycle.live_progress(job["key"], _show, LANE.noun)  # each loader's figures as its run ends
         return
     _lifecycle.ended_badly(job, LANE.noun)
     _show(job)

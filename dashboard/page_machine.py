@@ -39,8 +39,7 @@ def render() -> None:
         _lifecycle.start_or_join(store, *machine_spec(quick), LANE)
         st.rerun()  # redraw with the button disabled and the measurement's stage
     if running:
-        st.caption(_lifecycle.worker_line(job, LANE.noun))
-        _lifecycle.live_progress(job["key"])  # which stage (a dtype's GEMM at a thread count, the triad ...)
+        _lifecycle.live_progress(job["key"], None, LANE.noun)  # which stage (a dtype's GEMM at a thread count ...)
     elif job is not None:
         _lifecycle.ended_badly(job, LANE.noun)
     if card is None:
