@@ -197,6 +197,8 @@ def main() -> None:
     print_cards(cards)
     emit("doctor", args, figures, cases=done, scorecards=cards, sets_left_out=left_out, calibration=cal.source,
          note="shared 2-core machine, busy with other work while measured")
+    if args.json:  # the finished JSON replaces the per-case checkpoint
+        Path(args.json + ".partial").unlink(missing_ok=True)
 
 
 def set_cards(done: list[dict]) -> dict[str, dict]:
