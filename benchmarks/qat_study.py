@@ -116,13 +116,13 @@ def main() -> None:
         rec_note = (f"undefined: the PTQ gap's CI [{glo:.2f}, {ghi:.2f}] pts includes 0, PTQ lost nothing "
                     f"measurable here (per-seed ratios of a 1-2 sample gap would be noise); {seeds_note}")
     figs = [
-        figure(f"{where} PTQ accuracy gap (fp32 - static int8)", gap, unit="pts",
+        figure(f"{where} PTQ accuracy gap (fp32 - static int8)", gap, unit="pts", family="quantization",
                ci=(glo, ghi) if not math.isnan(glo) else None,
                note=f"{seeds} seeds, Student-t 95 % CI over seeds; {rows[0]['n_test']} test samples per seed"),
-        figure(f"{where} QAT recovery of the PTQ gap", rec, unit="%", goal=">= 50 %",
+        figure(f"{where} QAT recovery of the PTQ gap", rec, unit="%", goal=">= 50 %", family="quantization",
                ci=(lo, hi) if not math.isnan(lo) else None, met=(rec >= 50) if real_gap else None, note=rec_note),
-        figure(f"{where} QAT - fp32 fine-tuned the same way", t_ci([100 * (r["qat"] - r["fp32_finetuned"])
-                                                                     for r in rows])[0], unit="pts",
+        figure(f"{where} QAT - fp32 fine-tuned the same way",
+               t_ci([100 * (r["qat"] - r["fp32_finetuned"]) for r in rows])[0], unit="pts", family="quantization",
                note="the control: what fine-tuning alone (no fake-quant) does to the float model"),
     ]
     emit("qat_study", args, figs, seeds=rows,
