@@ -19,8 +19,6 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-import torch
-import torch._dynamo
 from torch import nn
 
 from lab.config import RunConfig
@@ -59,6 +57,8 @@ class Compute(Technique):
         inside the timing."""
         plan.fused_optimizer = ctx.cfg.compute.fused_optimizer
         if ctx.cfg.compute.compile and plan.phase == "train":
+            import torch._dynamo  # here, not at import: it costs ~4 s of a cold `import lab` (dashboard load)
+
             torch._dynamo.reset()  # this run pays its own compile (module docstring)
             before = compile_counters()
             plan.forward = torch.compile(model)
