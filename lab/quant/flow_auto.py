@@ -13,7 +13,7 @@ hits both alike. PT2E's compile happens before the timing (its warm-up) and is r
 The rule (:data:`RULE`, :func:`decide_flow`, pure and tested on planted timings): the paired ratio per repeat
 ``legacy ms / pt2e ms``, its median and a 95 % bootstrap CI over the repeats. CI above 1: PT2E is faster,
 decisively; below 1: legacy is. A CI that spans 1 (or fewer than :data:`MIN_REPEATS` repeats) is not decisive:
-the flow with the lower median is taken and the record says the two are within noise. So where the probe is
+the flow faster by the paired median is taken and the record says the two are within noise. So where the probe is
 decisive auto takes the faster candidate (never > 5 % slower than the best one). A flow that cannot run this
 model / config (torchao missing, a PT2E refusal, a legacy model that FX cannot trace, an RNN that PT2E sends to
 legacy anyway) is not a candidate, and the record says why. The chosen flow's record is the run's
@@ -40,8 +40,8 @@ MIN_REPEATS = 5
 CANDIDATES = ("pt2e", "legacy")
 RULE = ("both flows quantize the run's model; their int8 models are timed on the run's inference batch, "
         "interleaved; paired ratio legacy ms / pt2e ms per repeat, 95 % bootstrap CI of its median over >= "
-        f"{MIN_REPEATS} repeats: CI above 1 -> pt2e, below 1 -> legacy (decisive); a CI spanning 1 -> the lower "
-        "median, said to be within noise")
+        f"{MIN_REPEATS} repeats: CI above 1 -> pt2e, below 1 -> legacy (decisive); a CI spanning 1 -> the faster by "
+        "the paired median, said to be within noise")
 WHY_NO_QAT = ("quant.flow='auto' is invalid with quant.method='qat': the probe would fine-tune the model twice; "
               "pick --quant-flow pt2e or legacy")
 
@@ -65,10 +65,11 @@ def decide_flow(samples_ms: Mapping[str, Sequence[float]], *, seed: int = 0) -> 
     elif enough and hi < 1.0:
         chosen, decisive, why = "legacy", True, f"legacy faster: legacy / pt2e {est:.2f}x [{lo:.2f}, {hi:.2f}]"
     else:
-        chosen = min(names, key=lambda n: medians[n])
+        chosen = "pt2e" if est > 1.0 else "legacy"
         decisive = False
         why = (f"within noise (legacy / pt2e {est:.2f}x [{lo:.2f}, {hi:.2f}]"
-               + ("" if enough else f", {len(ratios)} < {MIN_REPEATS} repeats") + f"): {chosen}, the lower median")
+               + ("" if enough else f", {len(ratios)} < {MIN_REPEATS} repeats")
+               + f"): {chosen}, the faster by the paired median")
     return {"chosen": chosen, "decisive": decisive, "rule": RULE, "median_ms": medians,
             "paired_ratio_legacy_over_pt2e": {"ratio": est, "ci_lo": lo, "ci_hi": hi, "repeats": len(ratios)},
             "why": why}
