@@ -56,9 +56,10 @@ def format_hours(h: dict[str, Any]) -> str:
     unit = duration_unit(b["total_s"])
     parts = [f"{p['technique']} {fmt_duration(p['total_s'], unit)} [{fmt_duration(p['lo_s'], unit)}, "
              f"{fmt_duration(p['hi_s'], unit)}]" + (f" ({p['note']})" if p["note"] else "") for p in h["picks"]]
+    what = ("the baseline's measured step alone" if h["unit"].startswith("per ") else
+            "the baseline's measured step, evaluations and one-off costs")
     return (f"full run ({h['unit']}, {h['steps']:,} steps): baseline {fmt_duration(b['total_s'], unit)} -> "
-            + "; ".join(parts) + " (the baseline's measured step, evaluations and one-off costs; each pick's step "
-            "at its predicted speedup, its 90 % interval)")
+            + "; ".join(parts) + f" ({what}; each pick's step at its predicted speedup, its 90 % interval)")
 
 
 __all__ = ["PER_STEPS", "format_hours", "prescription_hours"]

@@ -45,6 +45,7 @@ def test_without_epochs_or_rows_the_unit_is_1000_steps():
     assert h["unit"] == "per 1000 steps" and h["steps"] == 1000
     assert h["baseline"]["total_s"] == pytest.approx(1000 * 0.020)
     assert h["picks"][0]["total_s"] == pytest.approx(1000 * 0.010)
+    assert "step alone" in format_hours(h)
 
 
 def test_a_failed_arm_keeps_its_reason_and_one_repeat_is_judged_by_its_point():
