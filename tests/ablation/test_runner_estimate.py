@@ -47,7 +47,8 @@ def test_the_estimate_is_probe_wall_plus_the_steps_it_did_not_take():
         return _probe_result(cfg, step_ms)
 
     est = estimate_ablation(ab, repeats=2, seeds=[0, 1], run_fn=fake, probe_steps=3)
-    assert len(probed) == 4 and all(c.max_steps == 5 for c in probed)  # the A/A arm is not probed again
+    assert len(probed) == 5 and all(c.max_steps == 5 for c in probed)  # the A/A arm is not probed again...
+    assert probed[0] == probed[-1] == base.with_overrides(max_steps=5)  # ...the baseline twice (first and last)
     # 2 epochs x 10 steps = 20 steps; the probe took 5 (2 warm-up, at 50 ms): 15 more at the median measured
     # step; the fake probes take ~0 s of wall time (the one-off costs a real probe's wall time holds)
     wall = pytest.approx  # noqa: N806 - read as "about"
