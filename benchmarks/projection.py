@@ -136,7 +136,7 @@ def main() -> None:
             note=f"median of {len(got['errors'])} interleaved pairs ({each}); projected "
                  + ", ".join(f"{x:.3g}" for x in got["projected_s"]) + " s; measured "
                  + ", ".join(f"{x:.3g}" for x in got["measured_s"]) + " s"))
-    emit("projection", args, figures)
+    emit("projection_table" if table else "projection", args, figures)
 
 
 if __name__ == "__main__":
