@@ -89,6 +89,19 @@ def test_load_calibration_says_when_it_borrows_another_machines_run(tmp_path):
     assert load_calibration("x", tmp_path / "empty").residuals == []
 
 
+def test_quiet_held_out_cases_beside_the_doctor_json_calibrate_too_and_noisy_ones_do_not(tmp_path):
+    hw = tmp_path / "box-2c"
+    (hw / "heldout").mkdir(parents=True)
+    (hw / "doctor.json").write_text(json.dumps({"cases": [_case("m", [("bf16", 1.0, 1.1)])]}))
+    (hw / "heldout" / "run.json").write_text(json.dumps({"cases": [
+        _case("gallery_a", [("bf16", 1.0, 1.5)], aa=1.05),   # quiet: kept
+        _case("gallery_b", [("bf16", 1.0, 3.0)], aa=1.6)]}))  # the machine's load, not the doctor: left out
+    cal = load_calibration("box-2c", tmp_path)
+    assert {r.case for r in cal.residuals} == {"m:tiny:", "gallery_a:tiny:"}
+    assert "1 quiet held-out cases" in cal.source
+    assert {r.case for r in load_calibration("box-2c", tmp_path, exclude="gallery_a:tiny:").residuals} == {"m:tiny:"}
+
+
 def test_without_a_map_the_doctor_names_the_price_of_building_one(tmp_path):
     (tmp_path / "box-2c").mkdir()
     (tmp_path / "box-2c" / "crossover.json").write_text(json.dumps({"quick": True, "wall_s": 150.0}))
