@@ -45,8 +45,8 @@ def render() -> None:
     table = summarize(runs, techniques=ab.techniques, axes=ab.axes) if ab else summarize(runs)
     try:
         projected = project_arms(runs, epochs=int(epochs), rows=int(rows))
-    except ValueError as exc:
-        st.error(str(exc))
+    except ValueError as exc:  # runs stored by another tool or an older lab: not a failure of this page
+        st.info(f"This ablation cannot be projected: {exc}")
         return
     headline = seeds_way(table, projected)
     if headline:
