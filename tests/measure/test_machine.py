@@ -218,16 +218,39 @@ def _page() -> None:
     render()
 
 
-def test_dashboard_page_offers_to_measure_then_shows_the_card(cache, monkeypatch):
+def test_dashboard_page_offers_to_measure_then_shows_the_card(cache, monkeypatch, private_store):
+    """No card: the page offers to measure; the click starts a ``machine_card`` job (the worker's work is run
+    here, in this process, with a fake measurement: no GEMM is timed), and the next draw shows the card; a reload
+    reads the cached card and offers to measure again."""
     st_testing = pytest.importorskip("streamlit.testing.v1")
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(machine, "measure_card", lambda quick=False, progress=None: _here_card(quick=quick))
+    monkeypatch.syspath_prepend(str(ROOT / "dashboard"))
+    import _lifecycle
+
+    from lab import ResultStore
+    from lab.ablation import worker
+
+    started = []
+
+    def fake_measure(refresh, quick, progress):
+        progress("GEMM at 1 thread(s)")
+        card = _here_card(quick=quick)
+        machine.save_card(card)
+        return card
+
+    def worker_inline(store_path, key, token):  # what `python -m lab.ablation.worker` would do, synchronously
+        started.append(key)
+        with ResultStore(store_path) as store:
+            worker.run_machine(store, key, token, measure=fake_measure)
+
+    monkeypatch.setattr(_lifecycle, "start_worker", worker_inline)
     at = st_testing.AppTest.from_function(_page, default_timeout=60).run()
     assert not at.exception, at.exception
     assert any("No machine card" in i.value for i in at.info)
     assert "Measure this machine (about" in at.button(key="machine_measure").label
     at.button(key="machine_measure").click().run()
     assert not at.exception, at.exception
+    assert started and started[0].startswith("machine@")  # one job, the machine-card kind's key
     hid = environment_stamp("cpu")["hardware_id"]
     assert any(s.value == hid for s in at.subheader)
     table = at.dataframe[0].value
@@ -236,6 +259,7 @@ def test_dashboard_page_offers_to_measure_then_shows_the_card(cache, monkeypatch
     at = st_testing.AppTest.from_function(_page, default_timeout=60).run()  # a reload reads the cached card
     assert not at.exception and any(s.value == hid for s in at.subheader)
     assert at.button(key="machine_measure").label.startswith("Measure again")
+    assert len(started) == 1  # a rerun never measures
 
 
 def test_the_crossover_map_sets_low_precision_and_int8_rows_against_the_card(cache):
