@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from lab.ablation.record import AblationRecord, ArmRecord, Ratio, build_record, fmt_ratio
-from lab.ablation.summary import SPEED_AXIS, stored_latency_key, summarize
+from lab.ablation.summary import MIN_RUNS, SPEED_AXIS, stored_latency_key, summarize
 from lab.measure import bootstrap_ci, bootstrap_ratio_ci, median
 from lab.result import RunResult
 
@@ -156,6 +156,18 @@ def _runs(x: RunResult | list[RunResult] | None) -> list[RunResult]:
     return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+def _seeds(rs: list[RunResult]) -> int:
+    return len({(r.config or {}).get("seed") for r in rs})
+
+
+def _no_interval(rs: list[RunResult]) -> str:
+    """Why an accuracy loss has no interval: too few runs, or repeats of too few seeds (identical repeats of one
+    seed would give a zero-width interval, which is no interval)."""
+    if len(rs) >= MIN_RUNS:
+        return f"{len(rs)} runs of {_seeds(rs)} seed(s): no interval"
+    return f"n = {len(rs)}: no interval"
+
+
 def technique_table(runs: dict[str, RunResult | list[RunResult]],
                     reference: RunResult | list[RunResult] | None = None) -> pd.DataFrame:
     """A technique notebook's side-by-side table (the MIT labs' staple): one row per arm (one run, or a list of
@@ -163,7 +175,7 @@ def technique_table(runs: dict[str, RunResult | list[RunResult]],
     speedup with the 95 % CI (the record's paired figure: against its own float / dense model in the same
     process, else against ``reference``), size (against ``reference``, or an int8 run's own float model:
     ``details["quant"]["size_ratio"]``), MACs per sample, and accuracy with its loss in points (the paired
-    95 % CI an int8 run stores over the test set; against ``reference``, the seeds' bootstrap CI from three runs
+    95 % CI an int8 run stores over the test set; against ``reference``, the seeds' bootstrap CI from three seeds
     each, else "no interval"). Latency and training step carry the 95 % bootstrap CI of their median over the
     arm's own samples (timed batches, measured steps): step-to-step noise, not run-to-run; the step speedup
     against ``reference`` resamples both arms' steps (a data-loading or precision notebook's headline figure)."""
@@ -186,10 +198,10 @@ def technique_table(runs: dict[str, RunResult | list[RunResult]],
                 Ratio(quant["size_ratio"], better="smaller", worse="larger") if quant.get("size_ratio") else None)
         if acc:
             loss = f"{acc['loss_pts']:+.2g} pt [{acc['ci_lo']:+.2g}, {acc['ci_hi']:+.2g}]"
-        elif ref and not math.isnan(_num(row["acc_loss_lo"])):
+        elif ref and not math.isnan(_num(row["acc_loss_lo"])) and min(_seeds(rs), _seeds(ref)) >= MIN_RUNS:
             loss = f"{row['acc_loss_pt']:+.2g} pt [{row['acc_loss_lo']:+.2g}, {row['acc_loss_hi']:+.2g}]"
         else:
-            loss = f"{row['acc_loss_pt']:+.2g} pt (n = {len(rs)}: no interval)" if ref else ""
+            loss = f"{row['acc_loss_pt']:+.2g} pt ({_no_interval(rs)})" if ref else ""
         steps = [t for x in rs for t in x.measured_ms()]
         step_up = Ratio(*bootstrap_ratio_ci(ref_steps, steps)) if ref_steps and steps and not is_ref else None
         metric = row.get("metric")
@@ -198,7 +210,8 @@ def technique_table(runs: dict[str, RunResult | list[RunResult]],
             "Latency (ms, 95 % CI)": f"{_median_ci(lat)} at {key.replace('_', ' ')}" if lat else "",
             "Training step (ms, 95 % CI)": _median_ci(steps) if steps else "",
             "Step speedup (x, 95 % CI)": "1x (reference)" if is_ref else step_up.text if step_up else "",
-            "Inference speedup (x, 95 % CI)": inf.text if inf is not None else "",
+            "Inference speedup (x, 95 % CI)": "1x (reference)" if is_ref and inf is not None and not rec.paired
+            else inf.text if inf is not None else "",
             "Against": rec.paired_what or ("the reference run" if inf is not None else ""),
             "Size": size.text if size is not None else "",
             "MACs per sample": _sig(r.macs_per_sample, 3),

@@ -20,8 +20,8 @@ from lab.teach.runs import verification_runs
 
 
 def _run(steps: list[float], lat: list[float], metric: float, *, nbytes: int = 400, macs: int = 40,
-         details: dict | None = None) -> RunResult:
-    return RunResult(run_id="x" * 32, config={"seed": 0}, env={"hardware_id": "hw"}, workload="ctr",
+         details: dict | None = None, seed: int = 0) -> RunResult:
+    return RunResult(run_id="x" * 32, config={"seed": seed}, env={"hardware_id": "hw"}, workload="ctr",
                      metric_name="accuracy", metric=metric, warmup_steps=1, steps=len(steps),
                      step_times_ms={"total": steps}, latency_ms={"batch_256": lat} if lat else {},
                      model_bytes=nbytes, macs_per_sample=macs, details=details or {})
@@ -69,9 +69,9 @@ def test_the_table_follows_the_samples(wrong: float) -> None:  # a table typed o
     assert text.startswith(f"{1 / wrong:.2g}")
 
 
-def test_repeats_are_pooled_and_two_seeds_each_give_the_accuracy_interval() -> None:
-    base = [_run(BASE_STEPS, [], m) for m in (0.90, 0.91, 0.905)]
-    arm = [_run(FAST_STEPS, [], m) for m in (0.88, 0.87, 0.875)]
+def test_repeats_are_pooled_and_three_seeds_each_give_the_accuracy_interval() -> None:
+    base = [_run(BASE_STEPS, [], m, seed=i) for i, m in enumerate((0.90, 0.91, 0.905))]
+    arm = [_run(FAST_STEPS, [], m, seed=i) for i, m in enumerate((0.88, 0.87, 0.875))]
     row = technique_table({"fp32": base, "bf16": arm}, reference=base).set_index("Run").loc["bf16"]
     ratio, lo, hi = bootstrap_ratio_ci(BASE_STEPS[1:] * 3, FAST_STEPS[1:] * 3)
     assert row["Step speedup (x, 95 % CI)"].startswith(f"{ratio:.2g}")
@@ -107,3 +107,10 @@ def test_verification_runs_reads_back_each_arm_of_the_doctors_ablation(tmp_path)
     d = types.SimpleNamespace(cfg=cfg)
     got = verification_runs(d, [{"technique": "bf16"}, {"technique": "prefetch"}], repeats=2, store=store)
     assert {arm: len(rs) for arm, rs in got.items()} == {"baseline": 2, "bf16": 1, "prefetch": 1, "aa": 1}
+
+
+def test_repeats_of_one_seed_give_no_accuracy_interval_rather_than_a_zero_width_one() -> None:
+    base = [_run(BASE_STEPS, [], 0.9) for _ in range(3)]
+    arm = [_run(FAST_STEPS, [], 0.88) for _ in range(3)]  # config seed 0 every time
+    row = technique_table({"fp32": base, "x": arm}, reference=base).set_index("Run").loc["x"]
+    assert row["Accuracy loss (95 % CI)"] == "+2 pt (3 runs of 1 seed(s): no interval)"
