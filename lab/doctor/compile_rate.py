@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch._dynamo
 from torch import nn
 
 from lab.doctor.rates import _time_arms
@@ -107,6 +106,8 @@ def compile_cost(shape: Sequence[int], *, repeats: int = 25) -> CompileCost:
     """Measure :class:`CompileCost` at activation ``shape`` (rows, width): two chains compiled with the caches
     off (their first call's excess is the compile time), then eager and compiled forward + backward of both,
     interleaved. Seconds (two small compiles); Dynamo's state is reset before and after."""
+    import torch._dynamo  # here, not at import: Dynamo costs ~4 s of a cold `import lab` (the dashboard's load)
+
     x = torch.randn(tuple(shape), requires_grad=True)
     eager = {1: _chain(1), CHAIN_OPS: _chain(CHAIN_OPS)}
     compiled: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
