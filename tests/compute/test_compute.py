@@ -118,3 +118,26 @@ def test_speed_stack_recipe_arms():
     assert all("fast_kernels" not in arm for arm in seq.arms)  # left out where the workload has none
     with pytest.raises(ValueError, match="storage='none' is invalid"):
         speed_stack(RunConfig(workload="ctr"), storage="none")
+
+
+@pytest.mark.parametrize("p, tagged", [(0.1, True), (0.0, False)])
+def test_a_compiled_run_with_active_dropout_says_its_accuracy_delta_needs_seeds(p, tagged):
+    """Inductor draws its own dropout masks: a compiled run of a model with active dropout trains on another
+    random stream than eager at the same seed (HF BERT, issue 27), and its record says so; with p = 0 it is
+    silent (compiled and eager then agree step for step: test_compile_trains_like_eager)."""
+    import types
+
+    from lab.compute import RNG_STREAM_WHY, TECHNIQUE, dropout_modules
+    from lab.technique import FitPlan
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(p), torch.nn.Linear(8, 2))
+    assert dropout_modules(model) == (1 if p else 0)
+    result = types.SimpleNamespace(why=[], details={})
+    cfg = RunConfig(workload="ctr").with_overrides(**{"compute.compile": True})
+    ctx = types.SimpleNamespace(cfg=cfg, result=result)
+    plan = FitPlan(phase="train", lr=1e-3, probe=False, loader=None)
+    TECHNIQUE.fit_options(ctx, model, plan)
+    assert plan.forward is not None and plan.finished  # compiled lazily: nothing has been traced yet
+    plan.finished[0](types.SimpleNamespace(step_times_ms={"total": [30.0, 1.0, 1.0]}))
+    assert "compile" in result.details
+    assert (RNG_STREAM_WHY.format(n=1) in result.why) is tagged
