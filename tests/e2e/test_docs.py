@@ -156,3 +156,20 @@ def test_mkdocs_builds_the_manual_with_strict(tmp_path: Path) -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def _pins(text: str) -> dict[str, str]:
+    """``name==version`` pins in ``text`` (a TOML list or a YAML list), names lower-cased."""
+    return {m[0].lower(): m[1] for m in re.findall(r"[\"\s-]([A-Za-z0-9_.-]+)==([0-9][^\s\",]*)", text)}
+
+
+def test_environment_yml_pins_what_pyproject_pins() -> None:
+    """The conda file mirrors pyproject.toml: a package pinned in both has one version, and the packages a
+    conda user needs (the core, the UI, HF, the tests, the docs site, JupyterLab) are all there."""
+    project = _pins((ROOT / "pyproject.toml").read_text())
+    conda = _pins((ROOT / "environment.yml").read_text())
+    assert conda, "no pins found in environment.yml"
+    drift = {k: (v, project.get(k)) for k, v in conda.items() if project.get(k) != v}
+    assert not drift, f"environment.yml (left) vs pyproject.toml (right): {drift}"
+    missing = set(project) - set(conda) - {"setuptools", "playwright"}  # playwright: the browser test only
+    assert not missing, f"pinned in pyproject.toml, missing from environment.yml: {sorted(missing)}"
