@@ -142,7 +142,10 @@ class PruneConfig(_Family):
     amount: float = 0.0
     schedule: str = "oneshot"
     finetune_epochs: int = 0
-    finetune_lr_factor: float = 0.1
+    #: 1 (the training lr), not the textbook 0.1: the lab's fine-tune is an epoch or two from a fresh optimizer,
+    #: and at 0.1 x lr it barely moved the weights (50 % channels, 1 epoch: HF ResNet 11.7 pt below dense at
+    #: 0.1, 0.4 pt at 1; HF BERT 25.4 pt vs -0.4 pt; the built-in vision 0.41 vs 0.69 accuracy).
+    finetune_lr_factor: float = 1.0
     layers: tuple[str, ...] = ()
     norm: int = 1
     start_fraction: float = 0.0

@@ -153,10 +153,11 @@ def test_structured_channels_remove_channels_and_keep_heads_whole(name):
 def test_hf_resnet_structured_pruning_recalibrates_batchnorm_and_recovers_in_one_epoch():
     """Issue 27: HF ResNet went 1.000 dense -> 0.82 after the fine-tune. Two causes, measured: BatchNorm kept the
     dense model's statistics (0.28 pruned; 0.75 once recalibrated) and 1 epoch at 0.1 x lr moved the weights too
-    little (0.88; at 1 x lr: 0.996). The run recalibrates every BatchNorm and says when a fine-tune falls short."""
+    little (0.88; at 1 x lr: 0.996, now the default). The run recalibrates every BatchNorm and says when a
+    fine-tune falls short."""
     cfg = RunConfig(workload="lab.workloads.hf:RESNET", size="tiny", threads=1, warmup_steps=1, latency_repeats=0,
-                    prune=PruneConfig(method="structured_channels", amount=0.5, finetune_epochs=1,
-                                      finetune_lr_factor=1.0))
+                    prune=PruneConfig(method="structured_channels", amount=0.5, finetune_epochs=1))
+    assert cfg.prune.finetune_lr_factor == 1.0  # the default since the measurement above (was 0.1)
     r = run(cfg)
     assert r.status == "ok", r.error
     rec = r.details["prune"]
