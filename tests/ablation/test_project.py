@@ -143,8 +143,8 @@ def test_the_headline_says_end_to_end_first_with_the_per_step_ratio_and_memory_b
     assert "aa" not in times and times["fast"]["lo_s"] <= times["fast"]["total_s"] <= times["fast"]["hi_s"]
     table = pd.DataFrame([
         {"arm": "baseline", "peak_memory_mb": 410.0},
-        {"arm": "fast", "step_speedup": 1.8, "step_speedup_lo": 1.6, "step_speedup_hi": 2.0, "acc_loss_pt": 0.2,
-         "acc_loss_lo": 0.0, "acc_loss_hi": 0.4, "loss_unit": "pt", "peak_memory_mb": 380.0},
+        {"arm": "fast", "train_speedup": 2.0, "step_speedup": 1.8, "step_speedup_lo": 1.6, "step_speedup_hi": 2.0,
+         "acc_loss_pt": 0.2, "acc_loss_lo": 0.0, "acc_loss_hi": 0.4, "loss_unit": "pt", "peak_memory_mb": 380.0},
         {"arm": "slow", "step_speedup": float("nan"), "acc_loss_pt": float("nan"), "peak_memory_mb": 500.0}])
     said = seeds_way(table, times)  # default: the fastest arm end to end
     b, f = times["baseline"]["total_s"], times["fast"]["total_s"]
@@ -156,3 +156,12 @@ def test_the_headline_says_end_to_end_first_with_the_per_step_ratio_and_memory_b
     one = measured_arms({"baseline": base[:1], "fast": fast[:1]})  # one run: no interval, and none is said
     assert "[" not in seeds_way(None, one).split("end to end")[0]
     assert seeds_way(table, {"baseline": times["baseline"]}) is None  # nothing to compare
+    # a post-training arm (int8: its training is the baseline's) is never "the fastest end to end" by default,
+    # even when noise makes it so; an accuracy interval of zero width (one seed) is not printed as certainty
+    quicker = [_record(4.0 + i, seed=i) for i in range(3)]
+    times = measured_arms({"baseline": base, "fast": fast, "int8": quicker})
+    table = pd.concat([table, pd.DataFrame([{"arm": "int8", "train_speedup": float("nan")}])], ignore_index=True)
+    assert " -> fast " in seeds_way(table, times)
+    assert seeds_way(table.query("arm != 'fast'"), {k: v for k, v in times.items() if k != "fast"}) is None
+    table.loc[table["arm"] == "fast", ["acc_loss_lo", "acc_loss_hi"]] = 0.2
+    assert "accuracy -0.2 pt (one seed: no interval)" in seeds_way(table, times)
