@@ -73,7 +73,7 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
     record = build_record(df, runs_by_arm)  # every figure below is read from it
     st.markdown(whose_line(record))
     said = record.verdict(budget_pt, speed=speed)
-    (st.success if said["winner"] else st.warning)(f"Verdict ({speed_name}): {said['text']}")
+    (st.success if said["winner"] else st.warning)(f"Verdict on {speed_name}: {said['text']}")
     e2e = seeds_way(df, measured_arms(runs_by_arm or {}), said["winner"])  # issue 29: the user's unit first
     if e2e:
         st.markdown(f"**End to end** (training + evaluations + one-off costs, measured): {e2e}")

@@ -256,7 +256,7 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
                 timings["first_figures_s (click to the first arms' figures)"] = time.monotonic() - t0
                 page.screenshot(path=str(shots / "ablation_running.png"))  # the first viewport, mid-ablation
                 page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
-                page.get_by_text("Verdict (").first.wait_for(timeout=480_000)
+                page.get_by_text("Verdict on ").first.wait_for(timeout=480_000)
                 took = time.monotonic() - t0
                 page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
                 (shots / "default_ablation_seconds.txt").write_text(f"{took:.0f}\n")
