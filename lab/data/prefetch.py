@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch.utils.data import Dataset
 
+from lab.data.omp import limit_this_thread
 from lab.data.sampler import FollowsOrder, InMemoryLoader
 from lab.data.storage import StoragePreset, pay, preset
 
@@ -78,13 +79,16 @@ def seed_prefetch_as_written(loader: Iterable[Batch], depth: int) -> list[Batch]
 class ThreadPrefetcher(FollowsOrder):
     """Wraps any loader; a background thread keeps up to ``depth`` batches ready. Yields the wrapped
     loader's batches in its order, re-raises the reader's exception in the training loop, and stops the
-    thread when the consumer stops early (``max_steps``)."""
+    thread when the consumer stops early (``max_steps``). The reader's own torch ops run on one OpenMP
+    thread (:mod:`lab.data.omp`: a 2-thread reader team beside a 2-thread step oversubscribes 2 cores);
+    ``reader_single_threaded`` says whether that limit took effect."""
 
     def __init__(self, loader, depth: int = 2) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"data.prefetch_depth={depth!r} is invalid: must be an integer >= 1")
         self.loader, self.depth = loader, depth
         self.max_queued = 0  # the largest number of batches held at once: the memory the depth costs
+        self.reader_single_threaded: bool | None = None  # set by the reader thread once it starts
 
     @property
     def order(self):  # noqa: ANN201
@@ -105,6 +109,7 @@ class ThreadPrefetcher(FollowsOrder):
             return False
 
         def fill() -> None:
+            self.reader_single_threaded = limit_this_thread(1)
             try:
                 for batch in self.loader:
                     if not put(batch):
