@@ -107,7 +107,7 @@ def predict_auto(name: str, candidates: list[Prediction]) -> Prediction:
 
 
 #: The share of the isolated fused-step saving a training step realises: the median of 26 low-noise verified
-#: cases of intel-xeon-processor-2c (|log A/A| < 0.1; committed doctor.json and heldout/) is 0.74, quartiles
+#: cases of intel-xeon-processor-amx-2c (|log A/A| < 0.1; committed doctor.json and heldout/) is 0.74, quartiles
 #: 0.33-0.93, 3 of 26 below 0.25; 0.8 minimised their median |log error| (0.062 at 1.0 -> 0.034). A prior
 #: fitted on those cases, so those cases are in-sample for it.
 FUSED_REALISED = prior(0.8, 0.2, 1.05, "share of the isolated fused-step saving realised in a step, fitted on "

@@ -4,7 +4,7 @@ the crossover map's rate or wide priors, each said in the reason. Kept apart fro
 (which registers it) so each module stays short.
 
 Why a structural prior (:func:`structural_prior`) beats a borrowed rate: scored on the committed and held-out
-runs of intel-xeon-processor-2c (``benchmarks/results/intel-xeon-processor-2c/{doctor.json,heldout/}``),
+runs of intel-xeon-processor-amx-2c (``benchmarks/results/intel-xeon-processor-amx-2c/{doctor.json,heldout/}``),
 the map's median over *other* workloads (1.04-1.07x) missed every attention model (BERT, GPT-2, DistilBERT,
 the gallery transformer, the transformer ladder: 1.09-1.55x measured, 9 runs), and the chain micro-benchmark
 missed both ways (GRU 1.41x predicted, 0.99x measured; DistilBERT 0.63x vs 1.38x). The misses follow the
@@ -82,7 +82,7 @@ def structural_prior(name: str, b: Breakdown, r: Rates) -> Prediction | None:
         s, lo, hi = (1.0 / (mm + rest / v) for v in ATTENTION_REST)
         why = (f"{r.attention} attention module(s): the {_pct(rest)} of the step outside matmuls is many small "
                "layout / softmax / elementwise ops that compile fuses (attention models measured 1.09-1.55x on "
-               "intel-xeon-processor-2c, 0.67-0.94x on an AMD EPYC)")
+               "intel-xeon-processor-amx-2c, 0.67-0.94x on an AMD EPYC)")
     else:
         return None
     return Prediction(name, "train_step", s, lo, hi, f"{why} -> compile predicted {_fmt(s, lo, hi)} per step "

@@ -128,7 +128,29 @@ def _device_stamp(device: str) -> dict[str, Any]:
     cpu_model, _ = _cpu_info()
     return {"device": str(dev), "device_name": cpu_model, "gpu_compute_capability": None,
             "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            "hardware_id": f"{_slug(cpu_model)}-{os.cpu_count() or 1}c{_emulation_suffix()}"}
+            "hardware_id": f"{_slug(cpu_model)}{_isa_tag()}-{os.cpu_count() or 1}c{_emulation_suffix()}"}
+
+
+def isa_class(flags: set[str] | frozenset[str] | tuple[str, ...]) -> str:
+    """The x86 ISA class that decides which low-precision kernels are native: ``amx`` (AMX tiles: bf16 and
+    int8 matrix units), ``avx512bf16`` (AVX-512 with bf16 dot products and VNNI, no AMX: e.g. AMD Zen 4),
+    ``avx512`` (AVX-512 without bf16), ``avx2``, or ``""`` (none of these: another architecture)."""
+    f = set(flags)
+    if f & {"amx_tile", "amx_bf16", "amx_int8"}:
+        return "amx"
+    if "avx512_bf16" in f:
+        return "avx512bf16"
+    if "avx512f" in f:
+        return "avx512"
+    return "avx2" if "avx2" in f else ""
+
+
+def _isa_tag() -> str:
+    """``-<isa_class>`` in the CPU hardware id. Why: a VM often shows only a generic model name ("AMD EPYC"),
+    and that name covered both a Zen 3 (AVX2 only: bf16 emulated at 0.02-0.45x) and a Zen 4 (native AVX-512
+    bf16) under one id, so the doctor read the Zen 3 map as the Zen 4's own. The class keeps them apart."""
+    cls = isa_class(hardware_flags())
+    return f"-{cls}" if cls else ""
 
 
 def _emulation_suffix() -> str:
