@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -66,7 +67,10 @@ def emit(benchmark: str, args: argparse.Namespace, figures: list[dict[str, Any]]
         print(f"{f['name']:<44} {f['value']:>10.4g} {f['unit']}{ci}{goal}")
     if args.json:
         out = {"benchmark": benchmark, "quick": args.quick, "env": environment_stamp(),
-               "measured_at": datetime.now(UTC).isoformat(timespec="seconds"), "figures": figures, **extra}
+               "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+               # 1 / 5 / 15-minute load averages when written: how busy the machine was (noise), not a figure
+               "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+               "figures": figures, **extra}
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(to_jsonable(out), indent=2))
