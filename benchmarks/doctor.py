@@ -195,6 +195,7 @@ def main() -> None:
                          measure=tuple(m for m in args.measure.split(",") if m))
             done.append(c)
             if args.json:  # every finished case kept, so a long run stopped early can still be rescored
+                Path(args.json).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.json + ".partial").write_text(json.dumps({"cases": done}, indent=2, default=str))
             where = f"{workload}/{size}" + (f"/{rung[0]}" if rung else "")
             err = c["median_abs_error"]
