@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 import torch
-from gallery import _sizes, _split, accuracy
+from gallery import _split, _workload
 from torch import nn
 
 from lab.workloads import Datasets, SizeSpec, Workload, register_workload
@@ -153,12 +153,6 @@ class WideDeep(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------ registry
-
-def _workload(name: str, description: str, spec: SizeSpec, make_data, make_model) -> Workload:
-    return Workload(name=name, description=description, sizes=_sizes(spec), make_data=make_data,
-                    make_model=make_model, loss=nn.functional.cross_entropy, evaluate=accuracy,
-                    metric_name="accuracy")
-
 
 UNSEEN: dict[str, Workload] = {w.name: w for w in (
     _workload("unseen_lstmcell", "nn.LSTMCell unrolled in a Python loop",
