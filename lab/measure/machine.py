@@ -7,7 +7,9 @@ op. The doctor and the crossover map cite it (:func:`limit_sentence`); every env
 summary (:func:`card_summary`: read from the cache, never measured). Timed with the one timer (docs/architecture.md 5):
 dtypes interleaved, warm-up excluded, medians of >= 3 repeats, the ratio to fp32 with a bootstrap CI. An
 emulated ISA makes bf16 / fp16 GEMMs ~60x slower, so each dtype's size is fitted to a time budget from a small
-probe (the card says which). Cached at ``$LAB_CACHE_DIR/machine/<hardware_id>-torch<version>.json``.
+probe (the card says which). int8 is timed on the fastest int8 kernel that runs
+(:func:`lab.measure.gemm_peaks.int8_gemm`). Cached at
+``$LAB_CACHE_DIR/machine/<hardware_id>-torch<version>-card<CARD_FORMAT>.json``.
 """
 
 from __future__ import annotations
@@ -29,11 +31,10 @@ import torch
 
 from lab.measure import env
 from lab.measure.cpu import EMULATIONS, cpu_capabilities, emulation_env
-from lab.measure.stats import bootstrap_ratio_ci, median
-from lab.measure.timing import block_ms, interleaved_ms
+from lab.measure.gemm_peaks import GEMM_DTYPES, measure_gemm
+from lab.measure.stats import median
+from lab.measure.timing import interleaved_ms
 
-GEMM_DTYPES = ("fp32", "bf16", "fp16", "int8")
-_FLOAT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: Seconds a measurement takes {quick: s}, for a button (2-core AMX Xeon: 13 / 3 s; capped at AVX2: 13 / 7 s)
 ESTIMATE_S = {False: 15, True: 5}
 _MIB = 2**20
@@ -102,91 +103,6 @@ def _identity() -> dict[str, Any]:
     return {k: stamp[k] for k in ("hardware_id", "cpu_model", "logical_cores", "usable_cores", "torch_version")}
 
 
-def int8_gemm(n: int) -> tuple[Callable[[], torch.Tensor], str]:
-    """``(fn, name)``: an n x n int8 x int8 GEMM. ``torch._int_mm`` (int32 out) where it runs on this CPU,
-    else the quantized linear of ``torch.ao`` (u8 x s8, int32 accumulation, quint8 out) on the current
-    quantized engine (fbgemm / x86 / onednn). Both are int8 kernels: never an fp32 GEMM on int8 values."""
-    a, b = (torch.randint(-64, 64, (n, n), dtype=torch.int8) for _ in range(2))
-    try:
-        if torch._int_mm(a, b).dtype == torch.int32:
-            return (lambda: torch._int_mm(a, b)), "torch._int_mm (int8 x int8 -> int32)"
-    except (RuntimeError, AttributeError, NotImplementedError):
-        pass
-    engine = torch.backends.quantized.engine  # x86 / fbgemm on x86 builds ("none": the dtype is noted as not timed)
-    x = torch.quantize_per_tensor(torch.randn(n, n), 0.05, 64, torch.quint8)
-    packed = torch.ops.quantized.linear_prepack(torch.quantize_per_tensor(torch.randn(n, n), 0.05, 0, torch.qint8),
-                                                None)
-    return (lambda: torch.ops.quantized.linear(x, packed, 0.1, 64)), \
-        f"torch.ops.quantized.linear ({engine}: u8 x s8 -> int32 accumulation -> quint8)"
-
-
-def gemm(dtype: str, n: int) -> tuple[Callable[[], torch.Tensor], str]:
-    """``(fn, kernel name)``: one n x n GEMM in ``dtype`` (one of :data:`GEMM_DTYPES`)."""
-    if dtype == "int8":
-        return int8_gemm(n)
-    a, b = (torch.randn(n, n).to(_FLOAT[dtype]) for _ in range(2))
-    return (lambda: torch.mm(a, b)), f"torch.mm ({dtype})"
-
-
-def _fit_size(dtype: str, max_n: int, budget_ms: float, min_n: int = 128) -> int:
-    """The largest n in max_n, max_n/2, ... whose call, extrapolated (n^3) from a 256 probe, fits ``budget_ms``:
-    an emulated bf16 GEMM is ~60x an fp32 one, and the card must finish in seconds anyway."""
-    n0 = min(256, max_n)
-    fn, _ = gemm(dtype, n0)
-    fn()
-    t = block_ms(fn)
-    n = max_n
-    while n > min_n and t * (n / n0) ** 3 > budget_ms:
-        n //= 2
-    return n
-
-
-def _repeat(fn: Callable[[], Any], k: int) -> Callable[[], None]:
-    def run() -> None:  # k calls in one timed block, no output kept
-        for _ in range(k):
-            fn()
-    return run
-
-
-def _measure_gemm(threads: list[int], quick: bool, say: Progress, deadline: float,
-                  notes: list[str]) -> tuple[dict, dict, dict, str]:
-    max_n, budget, block, repeats = (512, 30.0, 30.0, 3) if quick else (1024, 100.0, 100.0, 5)
-    torch.set_num_threads(1)
-    say("GEMM: fitting each dtype's size to the time budget")
-    sizes, kernels, calls = {}, {}, {}
-    for dt in GEMM_DTYPES:
-        try:
-            sizes[dt] = _fit_size(dt, max_n, budget)
-            calls[dt], kernels[dt] = gemm(dt, sizes[dt])
-        except Exception as exc:  # a dtype this build / CPU cannot multiply: noted, not fatal
-            notes.append(f"{dt} GEMM not timed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
-    gflops: dict[str, dict[str, float | None]] = {dt: {"1": None, "all": None} for dt in GEMM_DTYPES}
-    per_sample: dict[str, list[float]] = {}
-    for t in threads:
-        torch.set_num_threads(t)
-        key = "1" if t == 1 else "all"
-        say(f"GEMM at {t} thread(s): " + ", ".join(f"{dt} n={sizes[dt]}" for dt in calls))
-        arms, ks = {}, {}
-        for dt, fn in calls.items():
-            fn()
-            ks[dt] = max(1, min(1000, round(block / max(block_ms(fn), 1e-3))))
-            arms[dt] = _repeat(fn, ks[dt])
-        errors: dict[str, str] = {}
-        samples = interleaved_ms(arms, repeats=repeats, warmup=1, deadline=deadline, errors=errors)
-        notes.extend(f"{dt} GEMM at {t} thread(s) failed: {e}" for dt, e in errors.items())
-        for dt, ms in samples.items():
-            rates = [2 * sizes[dt] ** 3 / (m / ks[dt] / 1e3) / 1e9 for m in ms]
-            gflops[dt][key] = median(rates)
-            if t == 1:
-                per_sample[dt] = rates
-    if threads == [1]:  # one usable core: "all" is the 1-thread figure
-        for v in gflops.values():
-            v["all"] = v["1"]
-    vs = {dt: list(bootstrap_ratio_ci(per_sample[dt], per_sample["fp32"]))
-          for dt in GEMM_DTYPES if dt != "fp32" and dt in per_sample and "fp32" in per_sample}
-    return gflops, vs, {"gemm_n": sizes}, kernels.get("int8", "not timed")
-
-
 def _measure_triad(threads: list[int], caches: dict[str, int], quick: bool, say: Progress,
                    notes: list[str]) -> tuple[dict[str, float], float]:
     """a = b + s*c over fp32 arrays 1x (quick) / 2x the L3 each, so no pass is cache resident; bytes moved
@@ -227,7 +143,7 @@ def measure_card(quick: bool = False, progress: Progress | None = None) -> Machi
         notes.append(f"load average {load:.1f} when measured: other work shares the cores (all-core figures most)")
     threads = sorted({1, max(1, int(ident["usable_cores"]))})
     try:
-        gflops, vs, sizes, kernel = _measure_gemm(threads, quick, say, start + (20 if quick else 60), notes)
+        gflops, vs, sizes, kernel = measure_gemm(threads, quick, say, start + (20 if quick else 60), notes)
         triad, triad_mib = _measure_triad(threads, caches, quick, say, notes)
         say("small op: torch.add on a 1-element tensor")
         small = _measure_small_op(quick)
@@ -241,11 +157,16 @@ def measure_card(quick: bool = False, progress: Progress | None = None) -> Machi
         sizes={**sizes, "triad_mib": round(triad_mib, 1)}, notes=notes)
 
 
+#: Raised when what a card measures changes, so a cached card measured the old way is measured again (2: int8 on
+#: the fastest int8 kernel, not ``torch._int_mm`` alone).
+CARD_FORMAT = 2
+
+
 def card_path(hardware_id: str | None = None) -> Path:
-    """``$LAB_CACHE_DIR/machine/<hardware_id>-torch<version>.json`` (default ``~/.cache/lab``)."""
+    """``$LAB_CACHE_DIR/machine/<hardware_id>-torch<version>-card<CARD_FORMAT>.json`` (default ``~/.cache/lab``)."""
     root = Path(os.environ.get("LAB_CACHE_DIR") or Path.home() / ".cache" / "lab")
     version = re.sub(r"[^A-Za-z0-9._-]+", "-", torch.__version__)
-    return root / "machine" / f"{hardware_id or _identity()['hardware_id']}-torch{version}.json"
+    return root / "machine" / f"{hardware_id or _identity()['hardware_id']}-torch{version}-card{CARD_FORMAT}.json"
 
 
 def load_card(hardware_id: str | None = None) -> MachineCard | None:

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from lab.cli import main
-from lab.measure import environment_stamp, machine
+from lab.measure import environment_stamp, gemm_peaks, machine
 from lab.measure.cpu import emulation_env, hardware_flags, mask_flags
-from lab.measure.machine import GEMM_DTYPES, MachineCard
+from lab.measure.machine import CARD_FORMAT, GEMM_DTYPES, MachineCard
 
 ROOT = Path(__file__).resolve().parents[2]
 CARD_KEYS = {"hardware_id", "cpu_model", "logical_cores", "usable_cores", "caches", "capabilities", "torch_version",
@@ -86,7 +86,7 @@ def test_peaks_are_positive_and_finite(card):
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")  # torch.ao's deprecation, not ours
 def test_int8_is_timed_by_an_int8_kernel(card, monkeypatch):
-    fn, name = machine.int8_gemm(64)
+    fn, name = gemm_peaks.int8_gemm(64)
     out = fn()
     assert out.dtype in (torch.int32, torch.quint8), out.dtype  # an int8 kernel's output, never a float GEMM's
     assert card.int8_kernel == name
@@ -97,8 +97,30 @@ def test_int8_is_timed_by_an_int8_kernel(card, monkeypatch):
         raise RuntimeError("_int_mm: not on this CPU")
 
     monkeypatch.setattr(torch, "_int_mm", no_int_mm)  # the fallback: torch.ao's quantized linear
-    fn, name = machine.int8_gemm(64)
+    fn, name = gemm_peaks.int8_gemm(64)
     assert fn().dtype == torch.quint8 and "quantized.linear" in name
+
+
+def test_int8_is_timed_on_the_fastest_int8_kernel_that_runs(monkeypatch):
+    """Where two int8 kernels run, the card times the faster (raced once): an AVX2 EPYC's ``_int_mm`` is a
+    reference path ~50x slower than fp32 while the quantized linear beats fp32, and timing ``_int_mm`` alone
+    told users int8 cannot pay. Synthetic kernels, one made 20 ms slower by a sleep, in either order."""
+    import time
+
+    def slow() -> torch.Tensor:
+        time.sleep(0.02)
+        return torch.zeros(1, dtype=torch.int32)
+
+    def fast() -> torch.Tensor:
+        return torch.zeros(1, dtype=torch.int32)
+
+    for kernels in ([(slow, "slow"), (fast, "fast")], [(fast, "fast"), (slow, "slow")]):
+        monkeypatch.setattr(gemm_peaks, "_int8_kernels", lambda n, k=kernels: list(k))
+        monkeypatch.setattr(gemm_peaks, "_int8_winner", [])
+        assert gemm_peaks.int8_gemm(512)[1] == "fast"
+    monkeypatch.setattr(gemm_peaks, "_int8_kernels", lambda n: [])
+    with pytest.raises(ValueError, match="no int8 GEMM kernel"):
+        gemm_peaks.int8_gemm(64)
 
 
 def test_the_cache_is_written_once_and_read_back_without_measuring(cache, monkeypatch):
@@ -114,7 +136,7 @@ def test_the_cache_is_written_once_and_read_back_without_measuring(cache, monkey
     first = machine.machine_card(quick=True)
     path = machine.card_path()
     assert path.is_file() and path.parent == cache / "machine"
-    assert path.name == f"{first.hardware_id}-torch{torch.__version__.replace('+', '-')}.json"
+    assert path.name == f"{first.hardware_id}-torch{torch.__version__.replace('+', '-')}-card{CARD_FORMAT}.json"
     assert machine.machine_card(quick=True) == first == machine.load_card()
     assert calls == [True]
     full = machine.machine_card()  # only a quick card cached: a full one is measured (once)
@@ -194,7 +216,8 @@ def test_as_avx2_gives_the_card_an_avx2_user_would_see(tmp_path):
     child = MachineCard.from_dict(json.loads(out.stdout))
     assert child.hardware_id.endswith("-as-avx2") and child.capabilities["native_bf16"] is False
     assert child.capabilities["caps"] and child.capabilities["emulated"] is True
-    assert (tmp_path / "machine" / f"{child.hardware_id}-torch{torch.__version__.replace('+', '-')}.json").is_file()
+    version = torch.__version__.replace("+", "-")
+    assert (tmp_path / "machine" / f"{child.hardware_id}-torch{version}-card{CARD_FORMAT}.json").is_file()
     assert "GEMM at 1 thread" in out.stderr  # progress goes to stderr, the JSON alone to stdout
 
 
