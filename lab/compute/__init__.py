@@ -24,6 +24,7 @@ from torch import nn
 from lab.config import RunConfig
 from lab.context import TrainContext
 from lab.loop import FitStats, StepHook
+from lab.measure.kernel_guards import compile_guard
 from lab.registry import FAMILIES
 from lab.result import RunResult
 from lab.technique import FitPlan, Technique
@@ -61,6 +62,7 @@ class Compute(Technique):
 
             torch._dynamo.reset()  # this run pays its own compile (module docstring)
             before = compile_counters()
+            guard = compile_guard()  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
             plan.forward = torch.compile(model)
 
             dropout = dropout_modules(model)
@@ -68,6 +70,8 @@ class Compute(Technique):
             def record(stats: FitStats) -> None:
                 ctx.result.details["compile"] = compile_record(stats.step_times_ms["total"], before,
                                                                compile_counters())
+                if guard:
+                    ctx.result.details["compile"]["guard"] = guard
                 if dropout:
                     ctx.result.why.append(RNG_STREAM_WHY.format(n=dropout))
 

@@ -25,6 +25,7 @@ from lab.config import DataConfig, QuantConfig
 from lab.data import make_loader
 from lab.loop import PLAIN, StepPolicy, make_optimizer
 from lab.measure import count_macs
+from lab.measure.kernel_guards import compile_guard
 from lab.precision import PrecisionPolicy, capability, model_gate
 from lab.pruning.channels import prune_channels
 from lab.quant.int8 import quantize
@@ -173,6 +174,7 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
             elif tech == "fused_optimizer":
                 arms[tech] = train_step(bench, model, fused=True)
             elif tech == "compile":
+                compile_guard()  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
                 if axis == TRAIN:
                     arms[tech] = train_step(bench, model, forward=torch.compile(model))
                 else:

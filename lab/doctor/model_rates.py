@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lab.doctor.rates import Rate, _ratio_rate, _time_arms
+from lab.measure.kernel_guards import compile_guard
 
 #: Interleaved rounds, at least, of a whole-model micro-benchmark (one forward + backward per sample).
 MODEL_ROUNDS = 8
@@ -86,6 +87,7 @@ def model_compile_rate(model: nn.Module, inputs: Sequence[torch.Tensor], target:
 
     torch._dynamo.reset()
     try:
+        compile_guard()  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
         eager, compiled = copy.deepcopy(model).train(), torch.compile(copy.deepcopy(model).train())
         t0 = time.perf_counter()
         arm(compiled)()
