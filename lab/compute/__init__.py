@@ -62,7 +62,7 @@ class Compute(Technique):
 
             torch._dynamo.reset()  # this run pays its own compile (module docstring)
             before = compile_counters()
-            guard = compile_guard()  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
+            guard = compile_guard(ctx.device)  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
             plan.forward = torch.compile(model)
 
             dropout = dropout_modules(model)

@@ -174,7 +174,7 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
             elif tech == "fused_optimizer":
                 arms[tech] = train_step(bench, model, fused=True)
             elif tech == "compile":
-                compile_guard()  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
+                compile_guard(bench.inputs[0].device)  # a native oneDNN bug on AVX2 CPUs (lab.measure.kernel_guards)
                 if axis == TRAIN:
                     arms[tech] = train_step(bench, model, forward=torch.compile(model))
                 else:

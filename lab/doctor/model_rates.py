@@ -87,7 +87,7 @@ def model_compile_rate(model: nn.Module, inputs: Sequence[torch.Tensor], target:
 
     torch._dynamo.reset()
     try:
-        compile_guard()  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
+        compile_guard(inputs[0].device)  # a native oneDNN bug on AVX2-class CPUs (lab.measure.kernel_guards)
         eager, compiled = copy.deepcopy(model).train(), torch.compile(copy.deepcopy(model).train())
         t0 = time.perf_counter()
         arm(compiled)()

@@ -39,6 +39,8 @@ def test_compile_guard_turns_layout_optimisation_off_only_where_it_must(monkeypa
         assert why == AVX2_CONV_WHY and inductor_config.layout_optimization is False
     else:
         assert why is None and inductor_config.layout_optimization is True
+    monkeypatch.setattr(inductor_config, "layout_optimization", True)
+    assert compile_guard("cuda:0") is None and inductor_config.layout_optimization is True  # cuDNN's convs
 
 
 CRASHED = """
