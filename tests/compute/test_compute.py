@@ -134,7 +134,7 @@ def test_a_compiled_run_with_active_dropout_says_its_accuracy_delta_needs_seeds(
     assert dropout_modules(model) == (1 if p else 0)
     result = types.SimpleNamespace(why=[], details={})
     cfg = RunConfig(workload="ctr").with_overrides(**{"compute.compile": True})
-    ctx = types.SimpleNamespace(cfg=cfg, result=result)
+    ctx = types.SimpleNamespace(cfg=cfg, result=result, device=torch.device("cpu"))
     plan = FitPlan(phase="train", lr=1e-3, probe=False, loader=None)
     TECHNIQUE.fit_options(ctx, model, plan)
     assert plan.forward is not None and plan.finished  # compiled lazily: nothing has been traced yet
