@@ -22,9 +22,10 @@ def _int8_kernels(n: int) -> list[tuple[Callable[[], torch.Tensor], str]]:
     ``torch.ao`` (u8 x s8, int32 accumulation, quint8 out) on the current quantized engine (fbgemm / x86 /
     onednn; engine "none": not offered)."""
     out: list[tuple[Callable[[], torch.Tensor], str]] = []
-    a, b = (torch.randint(-64, 64, (n, n), dtype=torch.int8) for _ in range(2))
-    try:
-        if torch._int_mm(a, b).dtype == torch.int32:
+    try:  # probed at 32 x 32: at n a reference-path _int_mm would cost seconds just to be offered
+        small = torch.ones(32, 32, dtype=torch.int8)
+        if torch._int_mm(small, small).dtype == torch.int32:
+            a, b = (torch.randint(-64, 64, (n, n), dtype=torch.int8) for _ in range(2))
             out.append(((lambda: torch._int_mm(a, b)), "torch._int_mm (int8 x int8 -> int32)"))
     except (RuntimeError, AttributeError, NotImplementedError):
         pass
