@@ -30,17 +30,22 @@ def test_the_guard_applies_on_avx2_class_x86_only(flags, machine, want):
 
 
 @pytest.mark.capability
-def test_compile_guard_turns_layout_optimisation_off_only_where_it_must(monkeypatch):
+def test_compile_guard_turns_layout_optimisation_off_only_where_it_must():
+    """Inductor's config is patched with its own ``patch`` (restored on exit), never with ``monkeypatch``:
+    pytest's undo deletes a module attribute it did not find in ``__dict__``, and Inductor's config then *hides*
+    ``layout_optimization``, so every later compile in the process failed ("... does not exist") on a CPU where
+    the guard itself never sets it again (any CPU but an AVX2-class one)."""
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(inductor_config, "layout_optimization", True)
-    why = compile_guard()
-    if needs_avx2_conv_guard(effective_cpu_flags()):
-        assert why == AVX2_CONV_WHY and inductor_config.layout_optimization is False
-    else:
-        assert why is None and inductor_config.layout_optimization is True
-    monkeypatch.setattr(inductor_config, "layout_optimization", True)
-    assert compile_guard("cuda:0") is None and inductor_config.layout_optimization is True  # cuDNN's convs
+    with inductor_config.patch(layout_optimization=True):
+        why = compile_guard()
+        if needs_avx2_conv_guard(effective_cpu_flags()):
+            assert why == AVX2_CONV_WHY and inductor_config.layout_optimization is False
+        else:
+            assert why is None and inductor_config.layout_optimization is True
+    with inductor_config.patch(layout_optimization=True):
+        assert compile_guard("cuda:0") is None and inductor_config.layout_optimization is True  # cuDNN's convs
+    assert isinstance(inductor_config.layout_optimization, bool)  # still there for the next compile
 
 
 CRASHED = """
