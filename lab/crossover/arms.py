@@ -169,8 +169,12 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
                 arms[tech] = train_step(bench, model, policy=PrecisionPolicy(dtype=tech)) if axis == TRAIN \
                     else inference_call(bench, eval_model, dtype=tech)
             elif tech == "auto":
-                if not {"bf16", "fp16"} & {*techniques, *requested}:
-                    raise ValueError("auto is decided from the bf16 / fp16 arms; ask for them too")
+                dev = bench.inputs[0].device
+                native = [d for d in ("bf16", "fp16") if capability(d, "cpu" if dev.type == "cpu" else dev).native]
+                if native and not {"bf16", "fp16"} & {*techniques, *requested}:
+                    raise ValueError(f"auto is decided from the bf16 / fp16 arms and {' / '.join(native)} "
+                                     "runs natively here; ask for them too")
+                # Neither native: auto keeps fp32 here whatever it times, so it is decided from fp32 alone.
             elif tech == "fused_optimizer":
                 arms[tech] = train_step(bench, model, fused=True)
             elif tech == "compile":

@@ -132,6 +132,8 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
             low = {d: samples[d] for d in ("bf16", "fp16") if d in samples}
             choice, why = decide_auto({"fp32": base, **low}, {d: capability(d, "cpu") for d in low})
             not_timed = [f"{d}: {skipped[d]}" for d in ("bf16", "fp16") if d in techniques and d in skipped]
+            if not {"bf16", "fp16"} & set(techniques):  # build_arms let it through: neither is native here
+                not_timed.append("bf16 / fp16 not timed: neither runs natively here")
             why = "; ".join([why, *not_timed])
             rows.append({**_row(base, samples.get(choice, base), **here), "why": why})
             continue

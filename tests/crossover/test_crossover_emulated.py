@@ -48,3 +48,21 @@ def test_the_quick_map_skips_emulated_cells_and_auto_keeps_fp32(monkeypatch, ski
     else:
         assert the_map["skipped_emulated"] == []
         assert all("this map does not time it" not in (r["why"] or "") for r in bf16)  # built and timed again
+
+
+@pytest.mark.parametrize("native", [set(), {"bf16"}])
+def test_auto_asked_without_its_candidates_is_decided_from_fp32_only_where_neither_is_native(monkeypatch, native):
+    """A full map that leaves the emulated bf16 / fp16 out (they would cost most of an AVX2 box's run) still
+    gets an ``auto`` row: fp32 against itself, saying why. Where a low precision is native, ``auto`` without
+    it would hide the gain it is there to capture, so that cell is a skip that says to ask for it."""
+    from lab.crossover import arms
+    monkeypatch.setattr(arms, "capability", _planted(native))
+    the_map = build_map(["sequence"], ["auto", "fused_optimizer"], rungs={"sequence": ["xs"]}, repeats=3,
+                        batch_size={"sequence": 8})
+    check_schema(the_map)
+    (auto,) = [r for r in the_map["rows"] if r["technique"] == "auto"]
+    if native:
+        assert auto["speedup"] is None and "bf16 runs natively here; ask for them too" in auto["why"]
+    else:
+        assert auto["speedup"] == 1.0 and "auto chose fp32" in auto["why"]
+        assert "bf16 / fp16 not timed: neither runs natively here" in auto["why"]
