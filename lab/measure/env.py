@@ -61,6 +61,27 @@ def _cpu_info() -> tuple[str, tuple[str, ...]]:
     return model, tuple(f for f in ISA_FLAGS_OF_INTEREST if f in flags)
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_signature() -> str | None:
+    """``"<vendor> family F model M stepping S"`` from ``/proc/cpuinfo``, or ``None`` where it is not there.
+
+    Why beside the hardware id: a VM may show one model name ("AMD EPYC") for CPUs of one ISA class that are
+    different cores (Zen 4 is family 25, Zen 5 family 26, and both have AVX-512 bf16). The id groups figures by
+    what kernels can run; the signature says which silicon a figure came from."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "cpu family" not in fields:
+        return None
+    return (f"{fields.get('vendor_id', 'unknown')} family {fields['cpu family']} model {fields.get('model', '?')}"
+            f" stepping {fields.get('stepping', '?')}")
+
+
 #: Paths whose changes do not make a checkout "dirty": benchmark results written into it are outputs, not
 #: code. Without this every benchmark after the first in a `make bench` stamped itself dirty.
 OUTPUT_PATHS = ("benchmarks/results",)
@@ -98,6 +119,7 @@ def _static_stamp() -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model,
+        "cpu_signature": cpu_signature(),
         "isa_flags": list(isa),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         # What the kernels may use (flags less ONEDNN_MAX_CPU_ISA's cap): a figure measured under an emulated

@@ -198,6 +198,28 @@ def test_environment_stamp_keys_and_json() -> None:
     assert stamp["torch_threads"] == torch.get_num_threads()
 
 
+def test_the_stamp_names_the_silicon_beside_the_isa_class(tmp_path, monkeypatch) -> None:
+    """Two CPUs the VM names alike, of one ISA class, are told apart by family / model (Zen 4 vs Zen 5)."""
+    from pathlib import Path
+
+    from lab.measure import env
+
+    cpuinfo = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+               "stepping\t: 1\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    real_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: cpuinfo if str(self) == "/proc/cpuinfo"
+                        else real_read(self, *a, **k))
+    env.cpu_signature.cache_clear()
+    try:
+        assert env.cpu_signature() == "AuthenticAMD family 26 model 2 stepping 1"  # the first CPU's, not a mix
+        cpuinfo = "processor\t: 0\nmodel name\t: Some ARM\n"
+        env.cpu_signature.cache_clear()
+        assert env.cpu_signature() is None
+    finally:
+        env.cpu_signature.cache_clear()
+    assert "cpu_signature" in measure.environment_stamp("cpu")
+
+
 def test_environment_stamp_reads_threads_fresh() -> None:
     before = torch.get_num_threads()
     try:
