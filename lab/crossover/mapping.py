@@ -116,6 +116,16 @@ def emulated_skips(techniques: Sequence[str], device: str = "cpu") -> dict[tuple
     return out
 
 
+def slow_skips(rows: Sequence[dict[str, Any]], rung: str) -> dict[tuple[str, str], str]:
+    """``{(technique, axis): why}`` for the arms of one rung's ``rows`` that were dropped as pathologically slow
+    (a skipped row citing :data:`SLOW_MARK`): such an arm only gets slower with size, so it is not built again
+    on the rungs above. Only the dropped arm's own row counts: ``auto``'s row quotes the fp16 arm's slow note
+    while being measured itself, and reading that note as its own dropped ``auto`` from every top rung."""
+    return {(row["technique"], row["axis"]): f"not measured above rung {rung}, where it was "
+            + row["why"].removeprefix("skipped: ")
+            for row in rows if row.get("speedup") is None and SLOW_MARK in (row.get("why") or "")}
+
+
 def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: bool = False, threads: int = 1,
               repeats: int | None = None, rungs: dict[str, Sequence[str]] | None = None,
               batch_size: dict[str, int] | None = None, progress: ProgressFn | None = None,
@@ -148,10 +158,8 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
                                     axis_budget_s=AXIS_BUDGET_S[quick])
                 facts.append(f)
                 rows += r
-                for row in r:  # a pathologically slow arm only gets slower with size: not built again above
-                    if SLOW_MARK in (row.get("why") or "") and (row["technique"], row["axis"]) not in too_slow:
-                        too_slow[(row["technique"], row["axis"])] = f"not measured above rung {rung}, where it was " \
-                            + row["why"].removeprefix("skipped: ")
+                for key, why in slow_skips(r, rung).items():
+                    too_slow.setdefault(key, why)
         reference = _plain_reference(workloads, rungs, quick, batch_size, repeats, progress)
     out = analyse(rows, facts)
     out["reference"] = reference

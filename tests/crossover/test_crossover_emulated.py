@@ -66,3 +66,20 @@ def test_auto_asked_without_its_candidates_is_decided_from_fp32_only_where_neith
     else:
         assert auto["speedup"] == 1.0 and "auto chose fp32" in auto["why"]
         assert "bf16 / fp16 not timed: neither runs natively here" in auto["why"]
+
+
+def test_only_an_arm_dropped_as_slow_is_skipped_on_the_rungs_above():
+    """The full map on an AMD EPYC (native bf16, emulated fp16) lost ``auto`` at the top rungs of ctr and the
+    transformer: ``auto``'s own, measured row quoted fp16's "slower than fp32 on a single call" note, and that
+    was read as ``auto`` being dropped."""
+    slow = f"skipped: x9 {mapping.SLOW_MARK} (149 ms vs 16.7 ms): a layer without a fast fp16 kernel"
+    rows = [
+        {"technique": "fp16", "axis": "train_step", "speedup": None, "why": slow},
+        {"technique": "auto", "axis": "train_step", "speedup": 1.0,
+         "why": f"auto chose fp32: ...; fp16: not measured above rung m, where it was x9 {mapping.SLOW_MARK}"},
+        {"technique": "bf16", "axis": "train_step", "speedup": 2.1, "why": ""},
+        {"technique": "compile", "axis": "train_step", "speedup": None, "why": "skipped: RuntimeError: boom"},
+    ]
+    skips = mapping.slow_skips(rows, "l")
+    assert list(skips) == [("fp16", "train_step")]
+    assert skips["fp16", "train_step"].startswith("not measured above rung l, where it was x9 ")
