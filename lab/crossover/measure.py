@@ -20,7 +20,7 @@ import torch
 from lab.context import seed_everything
 from lab.crossover.arms import AXES, TECHNIQUES, TRAIN, Bench, build_arms
 from lab.measure import bootstrap_ratio_ci, count_macs, count_params, interleaved_ms, median, weights_used_per_sample
-from lab.precision import capability, decide_auto
+from lab.precision import MAX_ROUNDS, capability, compare_arms, decide_auto
 from lab.workloads import Workload
 
 ProgressFn = Callable[[str], None]
@@ -82,6 +82,38 @@ def _one_call_ms(arm: Callable[[], Any], budget_ms: float = 200.0) -> float:
     return best
 
 
+#: Rounds ``auto``'s candidates may reach, the axis's own included, while a verdict is still open (as the run's
+#: own probe: :data:`lab.precision.auto.MAX_ROUNDS`).
+AUTO_MAX_ROUNDS = MAX_ROUNDS
+
+
+def settle_auto(arms: dict[str, Callable[[], Any]], samples: dict[str, list[float]], iters: int, *,
+                device: torch.device | str = "cpu", max_rounds: int = AUTO_MAX_ROUNDS) -> int:
+    """More interleaved rounds of ``base`` and the native low precisions, in place in ``samples``, while
+    :func:`lab.precision.compare_arms` leaves a candidate ``undecided``, up to ``max_rounds`` rounds in all;
+    returns the rounds added.
+
+    Why: a top rung's step is one 100-600 ms call per sample, and the axis's budget stops after 5 rounds. A
+    bootstrap CI of a median over 5 paired ratios reaches the lowest of them, so one slow round (a neighbour on
+    the host, a page-fault burst) left bf16 at 1.4-2.1x "undecided" and ``auto`` at fp32 on ctr l and sequence xl
+    of the full map on an AMD EPYC (native bf16); 8 rounds tolerate one such round. It costs a few calls of
+    two or three arms, only where the verdict is open. Every arm added gets the same rounds, so the pairs stay."""
+    dev = device if isinstance(device, torch.device) else torch.device(device)
+    caps = {d: capability(d, "cpu" if dev.type == "cpu" else dev) for d in ("bf16", "fp16")}
+    low = [d for d in ("bf16", "fp16") if d in samples and caps[d].native
+           and len(samples[d]) == len(samples.get("base", ()))]
+    added = 0
+    while low and len(samples["base"]) < max_rounds:
+        verdicts = compare_arms({"fp32": samples["base"], **{d: samples[d] for d in low}}, caps)
+        if all(v["verdict"] != "undecided" for v in verdicts.values()):
+            break
+        more = interleaved_ms({n: arms[n] for n in ("base", *low)}, repeats=1, warmup=0, iters=iters)
+        for name, ms in more.items():
+            samples[name] += ms
+        added += 1
+    return added
+
+
 def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int, block_ms: float,
                  facts: dict[str, Any], deadline: float | None = None, budget_s: float | None = None,
                  skip: dict[str, str] | None = None, progress: ProgressFn | None = None) -> list[dict[str, Any]]:
@@ -112,6 +144,8 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
         deadline = min(deadline or math.inf, t_time + budget_s)
     # warmup=0: every arm was warmed (and compiled) by its probe above.
     samples = interleaved_ms(arms, repeats=repeats, warmup=0, iters=iters, deadline=deadline, errors=errors)
+    if "auto" in techniques:
+        settle_auto(arms, samples, iters, device=bench.inputs[0].device)
     if progress:
         rounds = max((len(v) for v in samples.values()), default=0)
         progress(f"  {axis}: built + probed {t_time - t_build:.0f} s, timed {time.monotonic() - t_time:.0f} s "

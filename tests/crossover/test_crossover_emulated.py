@@ -83,3 +83,56 @@ def test_only_an_arm_dropped_as_slow_is_skipped_on_the_rungs_above():
     skips = mapping.slow_skips(rows, "l")
     assert list(skips) == [("fp16", "train_step")]
     assert skips["fp16", "train_step"].startswith("not measured above rung l, where it was x9 ")
+
+
+def _planted_rounds(monkeypatch, base_ms: float, bf16_ms: float) -> list[int]:
+    """interleaved_ms stand-in for settle_auto's extra rounds: one planted sample per arm per call."""
+    from lab.crossover import measure
+
+    calls: list[int] = []
+
+    def one_round(arms, *, repeats, warmup, iters, **_):  # noqa: ANN001, ANN202
+        assert repeats == 1 and warmup == 0 and set(arms) <= {"base", "bf16", "fp16"}
+        calls.append(1)
+        return {n: [base_ms if n == "base" else bf16_ms] for n in arms}
+    monkeypatch.setattr(measure, "interleaved_ms", one_round)
+    return calls
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_one_slow_round_does_not_leave_auto_undecided(monkeypatch, native):
+    """Five rounds where bf16 halved the step four times and one round was slow (0.56x): the bootstrap CI of the
+    median ratio reaches that round, so bf16 is undecided and auto kept fp32 (ctr l, sequence xl of the AMD map).
+    settle_auto adds rounds of base + bf16 until the verdict is in (here: pays), at most 8 in all; an emulated
+    bf16 gets none (auto never picks it)."""
+    from lab.crossover import measure
+    from lab.precision import compare_arms
+
+    monkeypatch.setattr(measure, "capability", _planted({"bf16"} if native else set()))
+    calls = _planted_rounds(monkeypatch, 100.0, 50.0)
+    samples = {"base": [100.0] * 5, "bf16": [50.0] * 4 + [180.0], "prune50": [80.0] * 5}
+    caps = {"bf16": measure.capability("bf16")}
+    assert compare_arms({"fp32": samples["base"], "bf16": samples["bf16"]}, caps)["bf16"]["verdict"] == \
+        ("undecided" if native else "skipped")
+    arms = dict.fromkeys(samples, lambda: None)
+    added = measure.settle_auto(arms, samples, iters=1)
+    assert added == len(calls)
+    if not native:
+        assert added == 0 and len(samples["base"]) == 5
+        return
+    assert 1 <= added <= 3 and len(samples["base"]) == len(samples["bf16"]) <= measure.AUTO_MAX_ROUNDS
+    assert len(samples["prune50"]) == 5  # only auto's arms get the extra rounds
+    assert compare_arms({"fp32": samples["base"], "bf16": samples["bf16"]}, caps)["bf16"]["verdict"] == "pays"
+
+
+def test_settle_auto_stops_at_its_round_cap_and_when_decided(monkeypatch):
+    from lab.crossover import measure
+
+    monkeypatch.setattr(measure, "capability", _planted({"bf16"}))
+    calls = _planted_rounds(monkeypatch, 100.0, 101.0)  # a tie: the CI keeps straddling the 1.02 bar
+    samples = {"base": [100.0, 100.0, 100.0], "bf16": [60.0, 140.0, 99.0]}
+    measure.settle_auto(dict.fromkeys(samples, lambda: None), samples, iters=1, max_rounds=6)
+    assert len(samples["base"]) == len(samples["bf16"]) == 6 and len(calls) == 3
+    calls.clear()
+    decided = {"base": [100.0] * 5, "bf16": [50.0] * 5}
+    assert measure.settle_auto(dict.fromkeys(decided, lambda: None), decided, iters=1) == 0 and not calls
