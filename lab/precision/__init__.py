@@ -14,18 +14,18 @@ from typing import Any
 from torch import nn
 
 from lab.context import TrainContext
-from lab.precision import auto, gate, policy
+from lab.precision import auto, gate, policy, resolve
 from lab.precision.auto import *  # noqa: F403 - the names in its __all__
-from lab.precision.auto import policy_for
 from lab.precision.gate import *  # noqa: F403 - the names in its __all__
 from lab.precision.gate import NotApplicable, model_gate
 from lab.precision.policy import *  # noqa: F403 - the names in its __all__
 from lab.precision.policy import match_fp32_modules
+from lab.precision.resolve import policy_for
 from lab.registry import FAMILIES
 from lab.result import RunResult
 from lab.technique import FitPlan, Technique
 
-__all__ = [*auto.__all__, *gate.__all__, *policy.__all__, "Precision", "TECHNIQUE"]
+__all__ = [*auto.__all__, *gate.__all__, *policy.__all__, *resolve.__all__, "Precision", "TECHNIQUE"]
 
 
 class Precision(Technique):
@@ -49,7 +49,7 @@ class Precision(Technique):
         """The run's policy for this fit (unless the caller brought its own, as the ``auto`` probe does)."""
         if plan.policy is not None or not ctx.cfg.precision.enabled:
             return
-        policy = policy_for(ctx, model, plan.lr)
+        policy = policy_for(ctx, model, plan.lr, phase="" if plan.probe else plan.phase)
         plan.policy = policy
 
         def record(_stats: Any) -> None:

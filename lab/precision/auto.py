@@ -1,5 +1,10 @@
 """``auto`` precision: the fastest native dtype measured on the run's own step, by a rule written in the record.
 
+Two probes share the rule below. A single-process run's main training decides on its own first steps
+(:mod:`lab.precision.inrun`: every probe step trains, so any run of >= 16 steps is probed). The *copy probe*
+documented here decides before training where that cannot be used (DDP ranks must agree, a checkpointed or resumed
+run, other fits), and its cost is paid on top of the run.
+
 What it times: copies of the run's own model, trained through the run's own ``ctx.fit`` (its loader and batch,
 optimizer, fused setting, fp32 islands) with only the precision policy swapped, after one untimed warm-up step
 per arm; the first step of every fit is untimed too (the fresh optimizer allocates its state there). The arms
@@ -197,34 +202,21 @@ def measure_arms(ctx: TrainContext, model: nn.Module, lr: float, arms: list[str]
     return times
 
 
-def policy_for(ctx: TrainContext, model: nn.Module, lr: float) -> PrecisionPolicy:
-    """The policy of ``ctx``'s run; resolves ``auto`` (by measuring) and records the gate's verdict and
-    "why" tags in the result the first time it is called (``ctx.state["precision.dtype"]`` remembers it).
-    ``details["precision"]["auto"]``: the rule, the plan, the per-round samples, each candidate's speedup and
-    verdict, the choice and why, and what the probe cost (``probe_s``, its share of the run's estimated time)."""
-    cfg, dev = ctx.cfg.precision, ctx.device
-    if "precision.dtype" not in ctx.state:
-        rec = ctx.result.details.setdefault("precision", {})
-        rec["requested"] = cfg.dtype
-        choice = cfg.dtype
-        if cfg.dtype == "auto":
-            choice, rec["auto"] = _resolve_auto(ctx, model, lr)
-            ctx.result.why.append(rec["auto"]["why"])
-        cap = capability(choice, dev)
-        rec.update(resolved=choice, capability=dataclasses.asdict(cap))
-        if cap.why_tag():
-            ctx.result.why.append(cap.why_tag())
-        ctx.state["precision.dtype"] = choice
-    return PrecisionPolicy(dtype=ctx.state["precision.dtype"], device_type=dev.type, fp32_modules=cfg.fp32_modules)
-
-
-def _resolve_auto(ctx: TrainContext, model: nn.Module, lr: float) -> tuple[str, dict[str, Any]]:
+def auto_candidates(ctx: TrainContext,
+                    model: nn.Module) -> tuple[list[str], dict[str, Capability], dict[str, str], str]:
+    """``(arms, caps, gated, not_tried)``: fp32 plus each low precision that is native here and that the model
+    gate lets train this model; the capabilities; the gate's refusals; the "not tried" clause for the why."""
     cfg, dev = ctx.cfg.precision, ctx.device
     caps = {d: capability(d, dev) for d in ("bf16", "fp16")}
     gated = {d: g for d in caps if (g := model_gate(model, d, dev.type, cfg.fp32_modules))}
     arms = ["fp32"] + [d for d, c in caps.items() if c.native and d not in gated]
     not_tried = "".join(f"; {d} not tried: {g}" for d, g in gated.items()) + "".join(
         f"; {d} not tried: {c.why_tag()} ({c.reason})" for d, c in caps.items() if not c.native)
+    return arms, caps, gated, not_tried
+
+
+def resolve_auto(ctx: TrainContext, model: nn.Module, lr: float) -> tuple[str, dict[str, Any]]:
+    arms, caps, gated, not_tried = auto_candidates(ctx, model)
     t0 = time.perf_counter()
     run_steps = ctx.total_steps()
     rec: dict[str, Any] = {"rule": RULE, "candidates": arms, "gated": gated, "run_steps": run_steps,
@@ -249,6 +241,7 @@ def _resolve_auto(ctx: TrainContext, model: nn.Module, lr: float) -> tuple[str, 
 
 
 __all__ = [
-    "AUTO_MIN_GAIN", "AUTO_PROBE_SHARE", "compare_arms", "decide_auto", "MAX_ROUNDS", "measure_arms", "MIN_ROUNDS",
-    "policy_for", "probe_plan", "ProbePlan", "RULE", "speedup_ci",
+    "AUTO_MIN_GAIN", "auto_candidates", "AUTO_PROBE_SHARE", "compare_arms", "decide_auto", "MAX_ROUNDS",
+    "measure_arms", "MIN_ROUNDS", "resolve_auto",
+    "probe_plan", "ProbePlan", "RULE", "speedup_ci",
 ]
