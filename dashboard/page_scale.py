@@ -121,8 +121,8 @@ def _render_threads() -> None:
         st.plotly_chart(technique_threads_figure(study, wl, axis), key="scale_threads_techniques")
     st.markdown(f"**Loader worker or compute thread?** {lad['answer']['text']}.")
     st.plotly_chart(workers_ladder_figure(study), key="scale_threads_workers")
-    _shared.dataframe([{"rung": r["rung"], "params": r["params"], "loader ms/batch": r["loader_ms_per_batch"],
-                   "compute ms/step": r["compute_ms_per_step"], "worker / all cores": _g3(r["ratio"]),
+    _shared.dataframe([{"rung": r["rung"], "params": r["params"], "loader ms/batch": _g3(r["loader_ms_per_batch"]),
+                   "compute ms/step": _g3(r["compute_ms_per_step"]), "worker / all cores": _g3(r["ratio"]),
                    "CI95": _g3(r["ci95"]), "verdict": r["verdict"],
                    "rule's pick": f"{r['rule']['threads']} thread(s) + {r['rule']['workers']} worker(s)"}
                   for r in lad["rows"]],

@@ -59,3 +59,21 @@ def test_page_without_a_map_says_how_to_make_one(tmp_path, monkeypatch) -> None:
     at = AppTest.from_function(_page, default_timeout=30).run()
     assert not at.exception
     assert any("python -m lab crossover" in i.value for i in at.info)
+
+
+def test_the_threads_table_reads_its_figures_rounded(tmp_path, monkeypatch) -> None:
+    """The worker-or-thread table printed raw floats ("7.576165200146079 ms"), which widened it past the page at
+    1280 px once a machine's own study was there (the browser test caught it on an AMD EPYC)."""
+    import shutil
+    from pathlib import Path
+
+    studies = sorted(Path("benchmarks/results").glob("*/crossover_threads.json"))
+    assert studies, "the committed results hold at least one threads study"
+    shutil.copy(studies[0], tmp_path / "crossover_threads.json")
+    monkeypatch.setenv("LAB_CROSSOVER_JSON", str(tmp_path / "none.json"))
+    monkeypatch.setenv("LAB_CROSSOVER_THREADS_JSON", str(tmp_path / "crossover_threads.json"))
+    at = AppTest.from_function(_page, default_timeout=60).run()
+    assert not at.exception, at.exception
+    (table,) = [d for d in at.dataframe if "loader ms/batch" in d.value.columns]
+    for col in ("loader ms/batch", "compute ms/step"):
+        assert all(len(str(v).replace(".", "").lstrip("0")) <= 3 for v in table.value[col]), table.value[col]
