@@ -4,7 +4,8 @@ Per axis, the ``base`` arm and every technique's arm run in one :func:`lab.measu
 (base, bf16, fp16, ..., base, bf16, ...), so the machine's drift hits all alike and the baseline is shared;
 a sample is a block of ``iters`` calls sized to ``block_ms`` from the base arm's own time (short calls are
 batched, because one ~1 ms call is mostly clock noise on a shared box). A speedup is the ratio of medians
-with the bootstrap 95 % CI of :func:`lab.measure.bootstrap_ratio_ci`.
+with a bootstrap 95 % CI that resamples the rounds together (:func:`lab.measure.rounds_ratio_ci`): sample ``i``
+of every arm was taken in round ``i``, so a round the box slowed down moves both medians and cancels.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from lab.context import seed_everything
 from lab.crossover.arms import AXES, TECHNIQUES, TRAIN, Bench, build_arms
-from lab.measure import bootstrap_ratio_ci, count_macs, count_params, interleaved_ms, median, weights_used_per_sample
+from lab.measure import count_macs, count_params, interleaved_ms, median, rounds_ratio_ci, weights_used_per_sample
 from lab.precision import MAX_ROUNDS, capability, compare_arms, decide_auto
 from lab.workloads import Workload
 
@@ -48,7 +49,7 @@ def size_of(bench: Bench) -> tuple[int, float]:
 
 
 def _row(base: list[float], tech: list[float], **facts: Any) -> dict[str, Any]:
-    est, lo, hi = bootstrap_ratio_ci(base, tech)
+    est, lo, hi = rounds_ratio_ci(base, tech)
     return {**facts, "speedup": est, "ci_lo": lo, "ci_hi": hi, "base_ms": median(base), "tech_ms": median(tech)}
 
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.crossover.arms import INFER, TRAIN, Arm, Bench, build_arms, train_step
-from lab.measure import bootstrap_ratio_ci, count_macs, interleaved_ms, median
+from lab.measure import count_macs, interleaved_ms, median, rounds_ratio_ci
 from lab.precision import PrecisionPolicy
 
 #: The techniques with a plain-PyTorch counterpart here, and the axes they are compared on.
@@ -108,7 +108,7 @@ def plain_arms(bench: Bench, axis: str) -> dict[str, Arm]:
 def _ratio(base: list[float], tech: list[float] | None) -> tuple[float | None, float | None, float | None]:
     if not base or not tech:
         return None, None, None
-    return bootstrap_ratio_ci(base, tech)
+    return rounds_ratio_ci(base, tech)
 
 
 def compare(bench: Bench, *, repeats: int = 7, block_ms: float = 40.0, rung: str = "") -> list[dict[str, Any]]:
