@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import traceback
+from pathlib import PurePath
 
 from lab.cli import ablate, bench, crossover, doctor, export, machine, project, run, runs
 from lab.cli.options import UsageError, config_from_args
@@ -39,9 +42,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _from_resource_sharer(args: threading.ExceptHookArgs) -> bool:
+    """A connection error in multiprocessing's resource-sharer thread: the thread through which a DataLoader worker
+    hands its batches' shared-memory file descriptors to the main process, cut mid-handshake by a Ctrl-C."""
+    if args.exc_type is None or not issubclass(args.exc_type, (ConnectionError, EOFError)):
+        return False
+    return any(PurePath(f.filename).parts[-2:] == ("multiprocessing", "resource_sharer.py")
+               for f in traceback.extract_tb(args.exc_traceback))
+
+
+def quiet_worker_handshakes() -> None:
+    """Leave out of stderr the traceback of a DataLoader worker's fd handshake that its death cut short.
+
+    Ctrl-C reaches the workers too (one process group): a worker's resource-sharer thread whose handshake with the
+    interrupted main process was cut printed ``ConnectionResetError`` above "lab: interrupted", intermittently (the
+    fault suite caught it on an AMD EPYC). Set before the loaders fork their workers, the hook is theirs too.
+    Without a Ctrl-C a dead worker is still reported, by the DataLoader in the main thread, as an error naming the
+    worker; only the background thread's echo of it goes. Idempotent."""
+    previous = threading.excepthook
+    if getattr(previous, "_lab_quiet", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not _from_resource_sharer(args):
+            previous(args)
+
+    hook._lab_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 a run failed, 2 a usage or configuration error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    quiet_worker_handshakes()
     try:
         args = build_parser().parse_args(argv)
         if args.command in LOADS_WORKLOADS:
@@ -62,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-__all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "config_from_args", "main"]
+__all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "config_from_args", "main", "quiet_worker_handshakes"]
 
 
 if __name__ == "__main__":

@@ -117,3 +117,36 @@ def test_store_is_one_flag_everywhere_and_db_an_alias_that_warns(command, tmp_pa
     assert err.getvalue() == "lab: warning: --db is deprecated; use --store\n"
     for sub in (["runs"], ["export", "--out", str(tmp_path / "x.csv")], ["run"]):
         assert "store" in vars(parser.parse_args(sub))
+
+
+def _raise_in_a_thread(filename: str, exc: BaseException) -> None:
+    """Raise ``exc`` in a thread from code whose frame claims ``filename`` (as multiprocessing's would)."""
+    import threading
+
+    code = compile("def serve(exc):\n    raise exc\n", filename, "exec")
+    scope: dict = {}
+    exec(code, scope)
+    t = threading.Thread(target=scope["serve"], args=(exc,))
+    t.start()
+    t.join()
+
+
+def test_a_dead_workers_fd_handshake_is_left_out_of_stderr_and_nothing_else(capsys, monkeypatch):
+    """Ctrl-C during a run with DataLoader workers printed multiprocessing's resource-sharer thread's
+    ConnectionResetError above "lab: interrupted" (intermittent, seen on an AMD EPYC)."""
+    import threading
+
+    from lab.cli import quiet_worker_handshakes
+
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    quiet_worker_handshakes()
+    once = threading.excepthook
+    quiet_worker_handshakes()  # idempotent: one wrapper
+    assert threading.excepthook is once
+    sharer = "/usr/lib/python3.11/multiprocessing/resource_sharer.py"
+    _raise_in_a_thread(sharer, ConnectionResetError(104, "Connection reset by peer"))
+    assert "ConnectionResetError" not in capsys.readouterr().err
+    _raise_in_a_thread(sharer, ValueError("a real bug in that thread"))  # not a dead peer: still shown
+    _raise_in_a_thread("/work/mine.py", ConnectionResetError(104, "elsewhere"))  # another thread's: still shown
+    err = capsys.readouterr().err
+    assert "a real bug in that thread" in err and "elsewhere" in err
