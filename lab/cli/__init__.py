@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import traceback
 from pathlib import PurePath
+from types import TracebackType
 
 from lab.cli import ablate, bench, crossover, doctor, export, machine, project, run, runs
 from lab.cli.options import UsageError, config_from_args
@@ -42,33 +42,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _from_resource_sharer(args: threading.ExceptHookArgs) -> bool:
-    """A connection error in multiprocessing's resource-sharer thread: the thread through which a DataLoader worker
-    hands its batches' shared-memory file descriptors to the main process, cut mid-handshake by a Ctrl-C."""
-    if args.exc_type is None or not issubclass(args.exc_type, (ConnectionError, EOFError)):
+def _from_resource_sharer(exc_type: type[BaseException] | None, tb: TracebackType | None) -> bool:
+    """A connection error raised in multiprocessing's resource sharer (``multiprocessing/resource_sharer.py``)."""
+    if exc_type is None or not issubclass(exc_type, (ConnectionError, EOFError)):
         return False
     return any(PurePath(f.filename).parts[-2:] == ("multiprocessing", "resource_sharer.py")
-               for f in traceback.extract_tb(args.exc_traceback))
+               for f in traceback.extract_tb(tb))
 
 
 def quiet_worker_handshakes() -> None:
-    """Leave out of stderr the traceback of a DataLoader worker's fd handshake that its death cut short.
+    """Leave out of stderr the traceback of a DataLoader worker's fd handshake that a Ctrl-C cut short.
 
-    Ctrl-C reaches the workers too (one process group): a worker's resource-sharer thread whose handshake with the
-    interrupted main process was cut printed ``ConnectionResetError`` above "lab: interrupted", intermittently (the
-    fault suite caught it on an AMD EPYC). Set before the loaders fork their workers, the hook is theirs too.
-    Without a Ctrl-C a dead worker is still reported, by the DataLoader in the main thread, as an error naming the
-    worker; only the background thread's echo of it goes. Idempotent."""
-    previous = threading.excepthook
+    A worker hands its batches' shared-memory file descriptors to the main process through multiprocessing's
+    resource-sharer thread, which reports any error by calling ``sys.excepthook`` itself. Ctrl-C reaches the
+    workers too (one process group), and a handshake it cut printed ``ConnectionResetError`` above
+    "lab: interrupted", intermittently (the fault suite caught it on an AMD EPYC, 2 runs in 8 with the other core
+    busy). Set before the loaders fork their workers, the filter is theirs too. Only that module's connection
+    errors are left out: a dead worker is still reported by the DataLoader in the main thread. Idempotent."""
+    previous = sys.excepthook
     if getattr(previous, "_lab_quiet", False):
         return
 
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if not _from_resource_sharer(args):
-            previous(args)
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if not _from_resource_sharer(exc_type, tb):
+            previous(exc_type, exc, tb)
 
     hook._lab_quiet = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
+    sys.excepthook = hook
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,10 +120,12 @@ def test_store_is_one_flag_everywhere_and_db_an_alias_that_warns(command, tmp_pa
 
 
 def _raise_in_a_thread(filename: str, exc: BaseException) -> None:
-    """Raise ``exc`` in a thread from code whose frame claims ``filename`` (as multiprocessing's would)."""
+    """Raise ``exc`` in a thread from code whose frame claims ``filename`` and report it the way multiprocessing's
+    resource sharer does (``sys.excepthook`` called from its own ``except``)."""
     import threading
 
-    code = compile("def serve(exc):\n    raise exc\n", filename, "exec")
+    code = compile("import sys\ndef serve(exc):\n    try:\n        raise exc\n    except BaseException:\n"
+                   "        sys.excepthook(*sys.exc_info())\n", filename, "exec")
     scope: dict = {}
     exec(code, scope)
     t = threading.Thread(target=scope["serve"], args=(exc,))
@@ -134,19 +136,19 @@ def _raise_in_a_thread(filename: str, exc: BaseException) -> None:
 def test_a_dead_workers_fd_handshake_is_left_out_of_stderr_and_nothing_else(capsys, monkeypatch):
     """Ctrl-C during a run with DataLoader workers printed multiprocessing's resource-sharer thread's
     ConnectionResetError above "lab: interrupted" (intermittent, seen on an AMD EPYC)."""
-    import threading
+    import sys
 
     from lab.cli import quiet_worker_handshakes
 
-    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
     quiet_worker_handshakes()
-    once = threading.excepthook
+    once = sys.excepthook
     quiet_worker_handshakes()  # idempotent: one wrapper
-    assert threading.excepthook is once
+    assert sys.excepthook is once
     sharer = "/usr/lib/python3.11/multiprocessing/resource_sharer.py"
     _raise_in_a_thread(sharer, ConnectionResetError(104, "Connection reset by peer"))
     assert "ConnectionResetError" not in capsys.readouterr().err
     _raise_in_a_thread(sharer, ValueError("a real bug in that thread"))  # not a dead peer: still shown
-    _raise_in_a_thread("/work/mine.py", ConnectionResetError(104, "elsewhere"))  # another thread's: still shown
+    _raise_in_a_thread("/work/mine.py", ConnectionResetError(104, "elsewhere"))  # another module's: still shown
     err = capsys.readouterr().err
     assert "a real bug in that thread" in err and "elsewhere" in err
