@@ -88,15 +88,28 @@ def bootstrap_ratio_ci(
     n_boot: int = 2000,
     ci: float = 0.95,
     seed: int = 0,
+    paired: bool = False,
 ) -> tuple[float, float, float]:
-    """(ratio, lo, hi) for median(numer) / median(denom), resampling both sets independently (they
-    come from different runs). Speedup = bootstrap_ratio_ci(baseline_times, variant_times)."""
+    """(ratio, lo, hi) for median(numer) / median(denom). Speedup = bootstrap_ratio_ci(baseline_times,
+    variant_times). By default both sets are resampled independently (they come from different runs).
+
+    ``paired``: sample ``i`` of both was taken in the same interleaved round (``lab.measure.interleaved_ms``), and
+    the rounds are resampled *together*, so what moved a whole round (a shared box's load, a frequency step) moves
+    both medians of a resample and cancels in their ratio; the estimate is the same, only the interval differs.
+    On the AMD EPYC full map the independent resampling read bf16 at mlp xl as 2.0x [0.42, 4.5] over 5 rounds whose
+    fp32 step itself moved 2x from round to round."""
     _check_ci(ci, n_boot)
     num = _as_array(numer_samples, "numer_samples")
     den = _as_array(denom_samples, "denom_samples")
     rng = np.random.default_rng(seed)
-    bn = _boot_stat(num, np.median, n_boot, rng)
-    bd = _boot_stat(den, np.median, n_boot, rng)
+    if paired:
+        if num.size != den.size:
+            raise ValueError(f"paired samples need one of each per round: {num.size} vs {den.size}")
+        idx = rng.integers(0, num.size, size=(n_boot, num.size))
+        bn, bd = np.median(num[idx], axis=1), np.median(den[idx], axis=1)
+    else:
+        bn = _boot_stat(num, np.median, n_boot, rng)
+        bd = _boot_stat(den, np.median, n_boot, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = bn / bd
         est = float(np.median(num) / np.median(den)) if np.median(den) != 0 else float("inf")
@@ -104,32 +117,10 @@ def bootstrap_ratio_ci(
     return est, float(lo), float(hi)
 
 
-def paired_ratio_ci(
-    numer_samples: Iterable[float],
-    denom_samples: Iterable[float],
-    *,
-    n_boot: int = 2000,
-    ci: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """(ratio, lo, hi) for median(numer) / median(denom) where sample ``i`` of both was taken in the same
-    interleaved round (``lab.measure.interleaved_ms``): the rounds are resampled *together*, so what moved a
-    whole round (a shared box's load, a frequency step) moves both medians of a resample and cancels in their
-    ratio. The estimate is :func:`bootstrap_ratio_ci`'s; only the interval differs. On the AMD EPYC full map the
-    independent resampling read bf16 at mlp xl as 2.0x [0.42, 4.5] over 5 rounds whose fp32 step itself moved
-    2x from round to round."""
-    _check_ci(ci, n_boot)
-    num = _as_array(numer_samples, "numer_samples")
-    den = _as_array(denom_samples, "denom_samples")
-    if num.size != den.size:
-        raise ValueError(f"paired samples need one of each per round: {num.size} vs {den.size}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, num.size, size=(n_boot, num.size))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.median(num[idx], axis=1) / np.median(den[idx], axis=1)
-        est = float(np.median(num) / np.median(den)) if np.median(den) != 0 else float("inf")
-    lo, hi = np.percentile(ratios, [100 * (1 - ci) / 2, 100 * (1 + ci) / 2])
-    return est, float(lo), float(hi)
+def paired_ratio_ci(numer_samples: Iterable[float], denom_samples: Iterable[float],
+                    **kw: Any) -> tuple[float, float, float]:
+    """:func:`bootstrap_ratio_ci` with ``paired=True``: the rounds of one interleaved loop resampled together."""
+    return bootstrap_ratio_ci(numer_samples, denom_samples, paired=True, **kw)
 
 
 #: Fewer paired rounds than this and the interval falls back to independent resampling.
