@@ -97,16 +97,19 @@ def interleaved_ms(arms: dict[str, Callable[[], Any]], *, repeats: int, warmup: 
 
 @torch.no_grad()
 def inference_latency_ms(models: dict[str, nn.Module], inputs: tuple[torch.Tensor, ...], *, repeats: int,
-                         warmup: int = 2, device: str | torch.device | None = None) -> dict[str, list[float]]:
+                         warmup: int = 2, device: str | torch.device | None = None,
+                         iters: int = 1) -> dict[str, list[float]]:
     """Per-call latency samples of every model on the same inputs, in eval mode (each model's mode is
-    restored afterwards), models interleaved; ``device`` (default: where the inputs are) decides the sync."""
+    restored afterwards), models interleaved; ``device`` (default: where the inputs are) decides the sync;
+    ``iters`` > 1: a sample is the mean of that many back-to-back calls (a sub-millisecond call timed alone is
+    mostly clock and scheduler noise)."""
     device = inputs[0].device if device is None else torch.device(device)
     modes = {name: m.training for name, m in models.items()}
     for m in models.values():
         m.eval()
     try:
         return interleaved_ms({name: (lambda m=m: m(*inputs)) for name, m in models.items()}, repeats=repeats,
-                              warmup=warmup, sync=device)
+                              warmup=warmup, sync=device, iters=iters)
     finally:
         for name, m in models.items():
             m.train(modes[name])

@@ -7,8 +7,11 @@ layers' sizes, the batch and the CPU, so a fixed default leaves a gain on the ta
 
 What it times (:func:`probe_flows`): both flows quantize the run's trained model (same method, same calibration
 batches); the two int8 models are timed on the run's own inference batch (``eval_batch_size`` rows of the test
-split), interleaved call by call (:func:`lab.measure.inference_latency_ms`), so the drift of a shared machine
-hits both alike. PT2E's compile happens before the timing (its warm-up) and is reported apart (``probe_s``).
+split), interleaved block by block (:func:`lab.measure.inference_latency_ms`), so the drift of a shared machine
+hits both alike. A sample is the mean of a block of back-to-back calls lasting about :data:`BLOCK_MS` for the
+faster flow: on a model whose call takes 0.1 ms a single call is clock noise, and the crossover map showed the
+per-call probe taking legacy (0.65x fp32) over PT2E (1.48x) on vision xs as "within noise". PT2E's compile
+happens before the timing (its warm-up) and is reported apart (``probe_s``).
 
 The rule (:data:`RULE`, :func:`decide_flow`, pure and tested on planted timings): the paired ratio per repeat
 ``legacy ms / pt2e ms``, its median and a 95 % bootstrap CI over the repeats. CI above 1: PT2E is faster,
@@ -24,6 +27,7 @@ twice); ``--quant-flow pt2e`` / ``legacy`` choose it by hand.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -37,9 +41,13 @@ from lab.config import QuantConfig
 
 #: Fewer paired repeats than this never make a decisive probe.
 MIN_REPEATS = 5
+#: A probe sample is the mean of back-to-back calls lasting about this long for the faster flow (at most
+#: :data:`MAX_ITERS` calls; a call longer than this is one sample by itself).
+BLOCK_MS, MAX_ITERS = 20.0, 64
 CANDIDATES = ("pt2e", "legacy")
 RULE = ("both flows quantize the run's model; their int8 models are timed on the run's inference batch, "
-        "interleaved; paired ratio legacy ms / pt2e ms per repeat, 95 % bootstrap CI of its median over >= "
+        f"interleaved in blocks of ~{BLOCK_MS:g} ms of calls; paired ratio legacy ms / pt2e ms per repeat, 95 % "
+        "bootstrap CI of its median over >= "
         f"{MIN_REPEATS} repeats: CI above 1 -> pt2e, below 1 -> legacy (decisive); a CI spanning 1 -> the faster by "
         "the paired median, said to be within noise")
 WHY_NO_QAT = ("quant.flow='auto' is invalid with quant.method='qat': the probe would fine-tune the model twice; "
@@ -75,6 +83,11 @@ def decide_flow(samples_ms: Mapping[str, Sequence[float]], *, seed: int = 0) -> 
             "why": why}
 
 
+def block_iters(call_ms: float) -> int:
+    """Calls per probe sample for a call of ``call_ms``: enough for ~:data:`BLOCK_MS`, 1 to :data:`MAX_ITERS`."""
+    return max(1, min(MAX_ITERS, math.ceil(BLOCK_MS / max(call_ms, 1e-3))))
+
+
 def candidate_refusals(model: nn.Module, qc: QuantConfig) -> dict[str, str]:
     """Why each flow that cannot run ``model`` under ``qc`` is not a candidate (empty: both can)."""
     from lab.quant import int8, pt2e
@@ -104,17 +117,23 @@ def probe_flows(model: nn.Module, qc: QuantConfig, quantize: Callable[[QuantConf
     refused = candidate_refusals(model, qc)
     t0 = time.perf_counter()
     built = {flow: quantize(dataclasses.replace(qc, flow=flow)) for flow in CANDIDATES if flow not in refused}
+    iters = 1
     if len(built) > 1:
-        samples = measure.inference_latency_ms({f: q for f, (q, _) in built.items()}, inputs,
-                                               repeats=max(repeats, MIN_REPEATS), warmup=2)
+        models = {f: q for f, (q, _) in built.items()}
+        # warm-up (PT2E compiles at this batch) and one call each, to size the blocks
+        one = measure.inference_latency_ms(models, inputs, repeats=1, warmup=2)
+        iters = block_iters(min(ms[0] for ms in one.values()))
+        samples = measure.inference_latency_ms(models, inputs, repeats=max(repeats, MIN_REPEATS), warmup=0,
+                                               iters=iters)
     else:
         samples = {f: [] for f in built}
     decision = decide_flow({f: s or [float("nan")] for f, s in samples.items()})
     decision.update(candidates=list(CANDIDATES), not_candidates=refused, probe_s=time.perf_counter() - t0,
-                    batch=len(inputs[0]))
+                    batch=len(inputs[0]), calls_per_sample=iters)
     q, info = built[decision["chosen"]]
     info["auto"] = decision
     return q, info
 
 
-__all__ = ["CANDIDATES", "candidate_refusals", "decide_flow", "MIN_REPEATS", "probe_flows", "RULE", "WHY_NO_QAT"]
+__all__ = ["BLOCK_MS", "block_iters", "CANDIDATES", "candidate_refusals", "decide_flow", "MAX_ITERS", "MIN_REPEATS",
+           "probe_flows", "RULE", "WHY_NO_QAT"]
