@@ -3,15 +3,17 @@
     python benchmarks/crossover.py [--quick] [--json PATH]
 
 For ctr, sequence, vision, transformer and mlp (the dense reference), every rung of the model-size ladder
-(xs .. xl, >= 100x parameters up to >= 5 M) and every technique (bf16, fp16, auto, dynamic / static int8,
-channel pruning 50 %, torch.compile, fused Adam, one DataLoader worker): the speedup of one training step
+(xs .. xl, >= 100x parameters up to >= 5 M) and every technique (bf16, fp16, auto, dynamic / static int8 in the
+legacy flow, static int8 through PT2E and ``--quant-flow auto``'s pick between the two, channel pruning 50 %,
+torch.compile, fused Adam, one DataLoader worker): the speedup of one training step
 (forward + loss + backward + Adam on a fixed batch) and of one inference call, arms interleaved,
 threads=1, bootstrap 95 % CI; then ``time = overhead + cost x MACs`` fitted per workload x technique x
 axis, the crossover measured (smallest rung whose CI lower bound is above 1) and predicted (where the fitted
 lines cross), a regime tag per rung and the leave-one-out error (:mod:`lab.crossover`); then the lab's arms
 beside plain PyTorch (nothing from ``lab``) on the mlp ladder's largest rung (:mod:`lab.crossover.reference`,
 ``reference`` in the JSON). Same as ``python -m lab crossover``. Rounds per rung x axis stop after 3 once
-20 s (quick: 8 s) of timing have passed.
+20 s (quick: 8 s) of timing have passed. Figures include each ``auto``'s share of its best candidate at the top
+rung (goal >= 90 %).
 ``--quick``: 4 rungs per workload (still >= 100x parameters), the techniques that are cheap to build (no
 compile, no static int8 calibration, no worker processes), 4 rounds; batches: :func:`lab.crossover.mapping.map_batch`.
 The JSON is the map (``env``, ``rows``, ``crossovers``, ``fits``, ``reference``) inside the benchmark

@@ -5,7 +5,8 @@ speed ratio of the *step* is what a technique changes; full training runs would 
 evaluation and compile time that the step ratio does not need (the ablation measures those). So every arm
 here is one training step (forward + loss under the technique, backward, optimizer) on a fixed batch, or one
 inference call, built from the same pieces a run uses: the lab's precision policy (autocast + GradScaler),
-``lab.loop.make_optimizer`` (fused), ``lab.quant.quantize`` (dynamic / static int8), ``lab.pruning``'s
+``lab.loop.make_optimizer`` (fused), ``lab.quant`` (legacy dynamic / static int8, PT2E static int8, and the
+run's own ``--quant-flow auto`` probe choosing between the two static flows), ``lab.pruning``'s
 physical channel removal, ``torch.compile``, and ``lab.data.make_loader`` (DataLoader workers).
 """
 
@@ -28,7 +29,9 @@ from lab.measure import count_macs
 from lab.measure.kernel_guards import compile_guard
 from lab.precision import PrecisionPolicy, capability, model_gate
 from lab.pruning.channels import prune_channels
-from lab.quant.int8 import quantize
+from lab.quant.fair import amdahl_bound, int8_macs
+from lab.quant.flow_auto import probe_flows
+from lab.quant.int8 import quantize_with_report
 from lab.workloads import Workload
 
 Arm = Callable[[], Any]
@@ -37,12 +40,17 @@ AXES = (TRAIN, INFER)
 
 #: Every technique the map knows, with the axes it can change (docs/architecture.md: an arm competes only on the axes
 #: its technique can change: int8 post-training quantization does not touch the training step; ``auto``
-#: and loader workers are decisions about training).
+#: and loader workers are decisions about training). ``static_int8`` is the legacy torch.ao flow (eager int8
+#: kernels), ``pt2e_static_int8`` torchao PT2E compiled by Inductor (its ratio against the eager fp32 call
+#: includes what compiling alone gives: ``compile`` is that arm), ``int8_auto`` whichever of the two the run's
+#: ``--quant-flow auto`` probe (:func:`lab.quant.flow_auto.probe_flows`) takes on this model and batch.
 TECHNIQUES: dict[str, tuple[str, ...]] = {
     "bf16": (TRAIN, INFER), "fp16": (TRAIN, INFER), "auto": (TRAIN,), "dynamic_int8": (INFER,),
-    "static_int8": (INFER,), "prune50": (TRAIN, INFER), "compile": (TRAIN, INFER), "fused_optimizer": (TRAIN,),
-    "workers": (TRAIN,),
+    "static_int8": (INFER,), "pt2e_static_int8": (INFER,), "int8_auto": (INFER,), "prune50": (TRAIN, INFER),
+    "compile": (TRAIN, INFER), "fused_optimizer": (TRAIN,), "workers": (TRAIN,),
 }
+#: ``int8_auto``'s candidates: the flow -> the map's arm that times its int8 model.
+INT8_FLOW_ARMS = {"legacy": "static_int8", "pt2e": "pt2e_static_int8"}
 PRUNE_AMOUNT = 0.5
 
 
@@ -57,6 +65,10 @@ class Bench:
     lr: float
     train_rows: tuple[torch.Tensor, ...]  # a few batches of training rows for the loaders and calibration
     notes: dict[str, str] = field(default_factory=dict)  # technique -> why it was skipped
+    #: (method, flow) -> (int8 model, its quantization record): each built once per rung, shared by the arms
+    int8_models: dict[tuple[str, str], tuple[nn.Module, dict[str, Any]]] = field(default_factory=dict)
+    #: an ``auto`` technique -> what it decided (``int8_auto``: the flow probe's record)
+    choices: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:
@@ -114,13 +126,43 @@ def _pruned(bench: Bench) -> nn.Module:
     return model
 
 
-def _int8(bench: Bench, method: str) -> nn.Module:
-    n = max(1, len(bench.train_rows[0]) // bench.batch_size)
-    calib = [tuple(t[i * bench.batch_size:(i + 1) * bench.batch_size] for t in bench.train_rows) for i in range(n)]
-    # The legacy torch.ao flow: eager int8 kernels against the eager fp32 baseline. The PT2E flow compiles the
-    # model with Inductor, so its ratio would mix int8 with compilation; ``compile`` is its own arm here.
-    return quantize(bench.model, QuantConfig(method=method, calibration_batches=min(4, n), flow="legacy"), calib,
-                    example_inputs=bench.inputs)
+def _int8_built(bench: Bench, method: str, flow: str = "legacy") -> tuple[nn.Module, dict[str, Any]]:
+    """The rung's int8 model and its record for ``method`` x ``flow`` (built once per rung: a PT2E build
+    exports, calibrates and compiles). Calibration: up to 4 batches of the training rows."""
+    key = (method, flow)
+    if key not in bench.int8_models:
+        n = max(1, len(bench.train_rows[0]) // bench.batch_size)
+        calib = [tuple(t[i * bench.batch_size:(i + 1) * bench.batch_size] for t in bench.train_rows)
+                 for i in range(n)]
+        qc = QuantConfig(method=method, calibration_batches=min(4, n), flow=flow)
+        bench.int8_models[key] = quantize_with_report(bench.model, qc, calib, example_inputs=bench.inputs)
+    return bench.int8_models[key]
+
+
+def int8_share_note(bench: Bench, info: dict[str, Any]) -> str:
+    """The share of one forward's MACs that runs in int8 layers, and the speedup that share allows if only
+    those MACs got faster (:func:`lab.quant.fair.amdahl_bound`): the ceiling a row's int8 speedup is read
+    against (issue 30: PT2E static >= 4x only where the int8 MAC share is >= 90 %)."""
+    rows = tuple(t[: min(16, bench.batch_size)] for t in bench.inputs)
+    total = count_macs(bench.model, rows)
+    share = int8_macs(bench.model, list((info.get("swap") or {}).get("swapped") or ()), rows) / total if total else 0.0
+    return f"int8 MAC share {share:.0%} (MAC bound {amdahl_bound(share):.2f}x)"
+
+
+def _int8(bench: Bench, method: str, flow: str = "legacy") -> nn.Module:
+    # ``static_int8`` / ``dynamic_int8``: the legacy torch.ao flow, eager int8 kernels against the eager fp32
+    # baseline. ``pt2e_static_int8`` compiles with Inductor, so its ratio mixes int8 with compilation.
+    return _int8_built(bench, method, flow)[0]
+
+
+def _int8_auto(bench: Bench) -> dict[str, str]:
+    """Run the lab's own ``--quant-flow auto`` probe (static int8) on the rung's model and batch; the
+    candidates it built become the arms that time them: ``{arm: flow}`` of every built candidate. Its record
+    (chosen flow, paired ratio, why) is kept in ``bench.choices["int8_auto"]``."""
+    _, info = probe_flows(bench.model, QuantConfig(method="static", flow="auto"),
+                          lambda qc: _int8_built(bench, qc.method, qc.flow), bench.inputs, repeats=5)
+    bench.choices["int8_auto"] = info["auto"]
+    return {INT8_FLOW_ARMS[flow]: flow for flow in INT8_FLOW_ARMS if ("static", flow) in bench.int8_models}
 
 
 def _loader_batches(bench: Bench, workers: int) -> Callable[[], tuple[torch.Tensor, ...]]:
@@ -186,8 +228,16 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
             elif tech == "prune50":
                 pruned = _pruned(bench)
                 arms[tech] = train_step(bench, pruned) if axis == TRAIN else inference_call(bench, pruned.eval())
-            elif tech in ("dynamic_int8", "static_int8"):
-                arms[tech] = inference_call(bench, _int8(bench, tech.split("_")[0]))
+            elif tech in ("dynamic_int8", "static_int8", "pt2e_static_int8"):
+                method, flow = ("static", "pt2e") if tech == "pt2e_static_int8" else (tech.split("_")[0], "legacy")
+                model_q, info = _int8_built(bench, method, flow)
+                bench.notes[tech] = int8_share_note(bench, info)
+                arms[tech] = inference_call(bench, model_q)
+            elif tech == "int8_auto":
+                # no arm of its own: its row is the chosen candidate's samples; both candidates are timed
+                for arm, flow in _int8_auto(bench).items():
+                    if arm not in arms:
+                        arms[arm] = inference_call(bench, _int8(bench, "static", flow))
             elif tech == "workers":
                 arms["workers_base"] = train_step(bench, model, batches=_loader_batches(bench, 0))
                 arms[tech] = train_step(bench, model, batches=_loader_batches(bench, 1))

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from lab.context import seed_everything
-from lab.crossover.arms import AXES, TECHNIQUES, TRAIN, Bench, build_arms
+from lab.crossover.arms import AXES, INT8_FLOW_ARMS, TECHNIQUES, TRAIN, Bench, build_arms
 from lab.measure import count_macs, count_params, interleaved_ms, median, rounds_ratio_ci, weights_used_per_sample
 from lab.precision import MAX_ROUNDS, capability, compare_arms, decide_auto
 from lab.workloads import Workload
@@ -172,6 +172,9 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
             why = "; ".join([why, *not_timed])
             rows.append({**_row(base, samples.get(choice, base), **here), "why": why})
             continue
+        if tech == "int8_auto":
+            rows.append(_int8_auto_row(bench.choices["int8_auto"], base, samples, errors, here))
+            continue
         if tech == "workers":
             if "workers_base" not in samples:
                 rows.append(_skip_row(errors.get("workers_base", "in-memory loader arm failed"), **here))
@@ -182,6 +185,19 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
             continue
         rows.append({**_row(base, samples[tech], **here), "why": note})
     return rows
+
+
+def _int8_auto_row(choice: dict[str, Any], base: list[float], samples: dict[str, list[float]],
+                   errors: dict[str, str], here: dict[str, Any]) -> dict[str, Any]:
+    """``int8_auto``'s row: the samples of the candidate arm its probe chose (timed in these rounds with the
+    other candidate), and the probe's reason."""
+    arm = INT8_FLOW_ARMS[choice["chosen"]]
+    if arm not in samples:
+        return _skip_row(f"its probe took {choice['chosen']}, whose arm failed: {errors.get(arm, 'not timed')}",
+                         **here)
+    others = ", ".join(f"{f} not a candidate: {why[:120]}" for f, why in choice.get("not_candidates", {}).items())
+    why = f"the --quant-flow auto probe took {choice['chosen']} ({choice['why']})" + (f"; {others}" if others else "")
+    return {**_row(base, samples[arm], **here), "why": why}
 
 
 def measure_rung(wl: Workload, rung: str, techniques: list[str], *, repeats: int = 7, block_ms: float = 40.0,

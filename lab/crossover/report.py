@@ -22,6 +22,11 @@ GOAL_WORKLOAD = "mlp"
 TARGETS = {("bf16", "train_step"): 1.8, ("dynamic_int8", "inference"): 2.5}
 PRUNE_SHARE_OF_MACS_RATIO = 0.75
 AGREEMENT_GOAL = 0.75
+#: Issue 30: an ``auto`` row reaches at least this share of its best candidate's speedup at the top rung.
+AUTO_SHARE_GOAL = 0.9
+#: Each ``auto`` technique of the map -> its axis and candidates (``fp32``: the baseline itself, 1.0x).
+AUTO_CANDIDATES = {"auto": ("train_step", ("fp32", "bf16", "fp16")),
+                   "int8_auto": ("inference", ("static_int8", "pt2e_static_int8"))}
 _MACS_RATIO = re.compile(r"([0-9.]+)x fewer MACs")
 
 
@@ -60,7 +65,42 @@ def figures(the_map: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(_figure(f"{wl} {r['rung']} ({r['params'] / 1e6:.2g} M params) {tech} {axis.replace('_', ' ')}",
                            r["speedup"], ci=[r["ci_lo"], r["ci_hi"]], goal=goal, met=met,
                            note=(r.get("regime") or "") + (f"; base {r['base_ms']:.3g} ms" if r["base_ms"] else "")))
-    return out + reference_figures(the_map.get("reference") or [])
+    return out + auto_share_figures(rows) + reference_figures(the_map.get("reference") or [])
+
+
+def auto_share(rows: list[dict[str, Any]], workload: str, auto: str) -> dict[str, Any] | None:
+    """At ``workload``'s largest rung where ``auto`` was measured: its speedup as a share of the best measured
+    candidate's (:data:`AUTO_CANDIDATES`), and which one that was; ``None`` where there is no such rung."""
+    axis, candidates = AUTO_CANDIDATES[auto]
+    r = _largest(rows, workload, auto, axis)
+    if r is None:
+        return None
+    here = {c: 1.0 if c == "fp32" else next((x["speedup"] for x in rows if x["workload"] == workload
+                                             and x["rung"] == r["rung"] and x["technique"] == c
+                                             and x["axis"] == axis and x["speedup"] is not None), None)
+            for c in candidates}
+    measured = {c: v for c, v in here.items() if v is not None}
+    if not measured or (auto == "int8_auto" and len(measured) < 2):
+        return None
+    best = max(measured, key=measured.__getitem__)
+    return {"rung": r["rung"], "params": r["params"], "auto": r["speedup"], "best": best,
+            "best_speedup": measured[best], "share": r["speedup"] / measured[best], "candidates": measured}
+
+
+def auto_share_figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per workload and ``auto`` technique: its share of the best candidate at the top rung, goal >= 90 %."""
+    out = []
+    for wl in dict.fromkeys(r["workload"] for r in rows):
+        for auto, (axis, _) in AUTO_CANDIDATES.items():
+            got = auto_share(rows, wl, auto)
+            if got is None:
+                continue
+            cands = ", ".join(f"{c} {v:.2f}x" for c, v in got["candidates"].items())
+            where = f"{wl} {got['rung']} ({got['params'] / 1e6:.2g} M params) {auto} {axis.replace('_', ' ')}"
+            out.append(_figure(f"{where}: share of the best candidate", got["share"], unit="share",
+                               goal=f">= {AUTO_SHARE_GOAL:.0%}", met=got["share"] >= AUTO_SHARE_GOAL,
+                               note=f"{auto} {got['auto']:.2f}x; best {got['best']} ({cands})"))
+    return out
 
 
 def reference_figures(reference: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,8 +16,10 @@ from typing import Any
 from lab.crossover.place import place_workload
 
 #: Ablation arm (a technique of ``lab.recipes``) -> the map's technique.
+#: ``int8_static`` runs the default flow, PT2E compiled, so its counterpart is ``pt2e_static_int8`` (the map's
+#: ``static_int8`` is the legacy eager flow; a map without PT2E rows makes no prediction for it, not a wrong one).
 ARM_TO_TECHNIQUE = {"bf16": "bf16", "fp16": "fp16", "amp_auto": "auto", "int8_dynamic": "dynamic_int8",
-                    "int8_eager": "dynamic_int8", "int8_static": "static_int8", "prune_channels50": "prune50",
+                    "int8_eager": "dynamic_int8", "int8_static": "pt2e_static_int8", "prune_channels50": "prune50",
                     "compile": "compile", "fused_optim": "fused_optimizer", "workers2": "workers"}
 #: The map's axis -> the ablation table's speedup column.
 AXIS_COLUMN = {"train_step": "step_speedup", "inference": "infer_speedup"}
