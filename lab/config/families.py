@@ -56,6 +56,7 @@ class DataConfig(_Family):
     drop_last: bool = True
     storage: str = "none"  # emulated storage preset (lab.registry.STORAGES); "none" = in-memory, no cost
     prefetch_depth: int = 2  # batches the thread prefetcher may hold ahead of the training loop
+    prefetch_readers: int = 1  # the thread prefetcher's reads in flight at once (threads; hides read latency)
     source: str = "memory"  # "files": the training split written once to shard files and read back (issue 18)
     ideal_replay: bool = False  # also replay cached batches through the same step: the ideal-loader bound
 
@@ -65,6 +66,7 @@ class DataConfig(_Family):
         check_choice(self._name("loader"), self.loader, LOADERS.names())
         check_choice(self._name("storage"), self.storage, STORAGES.names())
         check_int(self._name("prefetch_depth"), self.prefetch_depth, lo=1, hi=1024)
+        check_int(self._name("prefetch_readers"), self.prefetch_readers, lo=1, hi=64)
         check_int(self._name("num_workers"), self.num_workers, lo=0, hi=64)
         check_int(self._name("prefetch_factor"), self.prefetch_factor, lo=1, hi=1024, optional=True)
         for attr in ("pin_memory", "persistent_workers", "shuffle", "drop_last"):
@@ -89,6 +91,15 @@ class DataConfig(_Family):
         if self.prefetch_depth != 2 and not spec.prefetch_depth:
             fail(self._name("prefetch_depth"), self.prefetch_depth,
                  f"loader={self.loader!r} holds no prefetch queue; it needs loader='thread' or 'device_prefetch'")
+        if self.prefetch_readers != 1 and not spec.prefetch_depth:
+            fail(self._name("prefetch_readers"), self.prefetch_readers,
+                 f"loader={self.loader!r} has no prefetch reader; it needs loader='thread' or 'device_prefetch' "
+                 "(DataLoader reads in parallel with num_workers)")
+        if self.prefetch_readers != 1 and self.source == "files":
+            fail(self._name("prefetch_readers"), self.prefetch_readers,
+                 "is in-memory batches only for now: the file reader keeps one shard cache and one byte count per "
+                 "process, which concurrent reads would share; with data.source='files' use loader='dataloader' "
+                 "with num_workers")
         if self.pin_memory and not spec.worker_processes:
             fail(self._name("pin_memory"), True, f"loader={self.loader!r} does not pin; use loader='dataloader'")
         self._refuse_when_off()

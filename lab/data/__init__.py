@@ -89,7 +89,7 @@ def data_bound_why(wait_fraction: float | None, ideal_ms: float | None, median_m
     if wait_fraction is not None and wait_fraction > DATA_BOUND_SHARE:
         return (f"data-bound: {100 * wait_fraction:.0f}% of the step waits for data (ideal step {ideal_ms:.3g} ms "
                 f"vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% threshold): a "
-                "prefetching loader or more workers would help")
+                "prefetching loader, more reads in flight (data.prefetch_readers) or more workers would help")
     if replay_ms and 1 - replay_ms / median_ms > DATA_BOUND_SHARE:
         return (f"data-bound: the replay of cached batches steps in {replay_ms:.3g} ms vs {median_ms:.3g} ms "
                 f"measured (above the {100 * DATA_BOUND_SHARE:.0f}% threshold)")

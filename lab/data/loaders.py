@@ -70,7 +70,7 @@ def _dataloader(tensors, sampler, cfg: DataConfig, device):  # noqa: ANN001, ANN
 
 
 def _thread(tensors, sampler, cfg: DataConfig, device):  # noqa: ANN001, ANN202
-    return ThreadPrefetcher(NaiveLoader(tensors, sampler, cfg.storage), cfg.prefetch_depth)
+    return ThreadPrefetcher(NaiveLoader(tensors, sampler, cfg.storage, cfg.prefetch_readers), cfg.prefetch_depth)
 
 
 _BUILT_IN = {

@@ -5,11 +5,18 @@ so reading a shard costs microseconds and no loader choice matters. Training clu
 file system or an object store, where every request pays a round trip and a throughput cap. The store below
 keeps the bytes real (the file is read and returned) and sleeps for whatever the preset's cost model says the
 read should have taken beyond what it actually took. Sleeping releases the GIL, like a real socket wait, so
-threads and worker processes overlap these waits exactly as they would overlap network I/O.
+threads and worker processes overlap these waits as they would overlap network I/O.
+
+What overlaps and what does not (:func:`pay`): a request's *latency* (the round trip, the first byte) overlaps
+with other requests in flight, which is why several reads in flight hide it; its *transfer* goes over the
+storage's one link at ``bandwidth_mb_s``, one transfer after another, so reads in flight never add bandwidth.
+The link is shared by the threads of one process; DataLoader worker processes each get their own (an emulated
+store cannot see another process's reads), which flatters workers where transfers, not latency, dominate.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,9 +60,38 @@ def preset(name_or_preset: str | StoragePreset) -> StoragePreset:
     return STORAGES.get(name_or_preset)
 
 
+class _Link:
+    """One storage preset's link in this process: when its last reserved transfer ends."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free_at = 0.0  # perf_counter seconds
+
+
+_LINKS: dict[str, _Link] = {}
+_LINKS_LOCK = threading.Lock()
+
+
+def _link(cost: StoragePreset) -> _Link:
+    with _LINKS_LOCK:
+        return _LINKS.setdefault(cost.name, _Link())
+
+
+def read_done_s(cost: StoragePreset, nbytes: int, started_s: float) -> float:
+    """When (perf_counter seconds) a read of ``nbytes`` started at ``started_s`` completes: its latency first,
+    then its transfer once the preset's link is free (reserved here). One reader at a time: ``started_s +
+    cost.read_cost_s(nbytes)``, exactly; several in flight: their latencies overlap, their transfers queue."""
+    link = _link(cost)
+    with link.lock:
+        begin = max(started_s + cost.latency_ms / 1e3, link.free_at)
+        link.free_at = begin + nbytes / (cost.bandwidth_mb_s * 1e6)
+        return link.free_at
+
+
 def pay(cost: StoragePreset, nbytes: int, started_s: float) -> None:
-    """Sleep until ``cost.read_cost_s(nbytes)`` has passed since ``started_s`` (perf_counter seconds)."""
-    remaining_s = cost.read_cost_s(nbytes) - (time.perf_counter() - started_s)
+    """Sleep until the read of ``nbytes`` started at ``started_s`` (perf_counter seconds) would have completed
+    on ``cost``'s storage (:func:`read_done_s`), beyond what the real read already took."""
+    remaining_s = read_done_s(cost, nbytes, started_s) - time.perf_counter()
     if remaining_s > 0:
         time.sleep(remaining_s)
 
