@@ -31,6 +31,7 @@ from lab.precision import PrecisionPolicy, capability, model_gate
 from lab.pruning.channels import prune_channels
 from lab.quant.fair import amdahl_bound, int8_macs
 from lab.quant.flow_auto import probe_flows
+from lab.quant.graph import graph_layer_bytes
 from lab.quant.int8 import quantize_with_report
 from lab.workloads import Workload
 
@@ -139,14 +140,25 @@ def _int8_built(bench: Bench, method: str, flow: str = "legacy") -> tuple[nn.Mod
     return bench.int8_models[key]
 
 
-def int8_share_note(bench: Bench, info: dict[str, Any]) -> str:
+def int8_share_note(bench: Bench, model: nn.Module, info: dict[str, Any]) -> str:
     """The share of one forward's MACs that runs in int8 layers, and the speedup that share allows if only
     those MACs got faster (:func:`lab.quant.fair.amdahl_bound`): the ceiling a row's int8 speedup is read
-    against (issue 30: PT2E static >= 4x only where the int8 MAC share is >= 90 %)."""
+    against (issue 30: PT2E static >= 4x only where the int8 MAC share is >= 90 %). For a PT2E graph also how
+    much smaller its int8 layers are as stored (int8 weights, fp32 scales, int8 zero points, fp32 biases, against
+    the same layers in fp32): the format allows at most (4k + 4) / (k + 9) for k weights per output channel
+    (:func:`lab.quant.size_bound`), so the wide layers of the top rungs show what small ones cannot."""
+    from lab.quant.pt2e import converted_graph
+
     rows = tuple(t[: min(16, bench.batch_size)] for t in bench.inputs)
     total = count_macs(bench.model, rows)
     share = int8_macs(bench.model, list((info.get("swap") or {}).get("swapped") or ()), rows) / total if total else 0.0
-    return f"int8 MAC share {share:.0%} (MAC bound {amdahl_bound(share):.2f}x)"
+    note = f"int8 MAC share {share:.0%} (MAC bound {amdahl_bound(share):.2f}x)"
+    graph = converted_graph(model)
+    if graph is not None:
+        f_bytes, q_bytes = graph_layer_bytes(graph)
+        if q_bytes:
+            note += f"; int8 layers {f_bytes / q_bytes:.2f}x smaller as stored"
+    return note
 
 
 def _int8(bench: Bench, method: str, flow: str = "legacy") -> nn.Module:
@@ -231,7 +243,7 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
             elif tech in ("dynamic_int8", "static_int8", "pt2e_static_int8"):
                 method, flow = ("static", "pt2e") if tech == "pt2e_static_int8" else (tech.split("_")[0], "legacy")
                 model_q, info = _int8_built(bench, method, flow)
-                bench.notes[tech] = int8_share_note(bench, info)
+                bench.notes[tech] = int8_share_note(bench, model_q, info)
                 arms[tech] = inference_call(bench, model_q)
             elif tech == "int8_auto":
                 # no arm of its own: its row is the chosen candidate's samples; both candidates are timed

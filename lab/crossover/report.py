@@ -28,6 +28,9 @@ AUTO_SHARE_GOAL = 0.9
 AUTO_CANDIDATES = {"auto": ("train_step", ("fp32", "bf16", "fp16")),
                    "int8_auto": ("inference", ("static_int8", "pt2e_static_int8"))}
 _MACS_RATIO = re.compile(r"([0-9.]+)x fewer MACs")
+_STORED_RATIO = re.compile(r"int8 layers ([0-9.]+)x smaller as stored")
+#: Issue 30: int8 layers (PT2E's stored format) at least this many times smaller than in fp32.
+INT8_SIZE_GOAL = 3.9
 
 
 def _largest(rows: list[dict[str, Any]], workload: str, technique: str, axis: str) -> dict[str, Any] | None:
@@ -65,7 +68,24 @@ def figures(the_map: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(_figure(f"{wl} {r['rung']} ({r['params'] / 1e6:.2g} M params) {tech} {axis.replace('_', ' ')}",
                            r["speedup"], ci=[r["ci_lo"], r["ci_hi"]], goal=goal, met=met,
                            note=(r.get("regime") or "") + (f"; base {r['base_ms']:.3g} ms" if r["base_ms"] else "")))
-    return out + auto_share_figures(rows) + reference_figures(the_map.get("reference") or [])
+    return out + auto_share_figures(rows) + int8_size_figures(rows) + reference_figures(the_map.get("reference") or [])
+
+
+def int8_size_figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per workload, at the largest rung with a PT2E int8 row: how much smaller its int8 layers are as stored
+    (from the row's note, :func:`lab.crossover.arms.int8_share_note`), goal >= 3.9x. The format's bound grows
+    with the weights per output channel, so the top rung's wide layers are where the goal can hold."""
+    out = []
+    for wl in dict.fromkeys(r["workload"] for r in rows):
+        r = _largest(rows, wl, "pt2e_static_int8", "inference")
+        match = _STORED_RATIO.search((r or {}).get("why") or "")
+        if match:
+            value = float(match.group(1))
+            out.append(_figure(f"{wl} {r['rung']} ({r['params'] / 1e6:.2g} M params) pt2e_static_int8 int8 layers "
+                               "size ratio", value, goal=f">= {INT8_SIZE_GOAL:g}x", met=value >= INT8_SIZE_GOAL,
+                               note="fp32 bytes / int8 bytes of the int8 layers as PT2E stores them (int8 weights "
+                                    "and zero points, fp32 scales and biases)"))
+    return out
 
 
 def auto_share(rows: list[dict[str, Any]], workload: str, auto: str) -> dict[str, Any] | None:

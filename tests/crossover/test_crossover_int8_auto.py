@@ -104,3 +104,34 @@ def test_auto_share_is_read_at_the_top_rung_against_the_best_candidate():
     assert figs["int8_auto inference: share of the best candidate"]["met"] is True
     # one candidate only: nothing to compare an int8 flow choice with
     assert report.auto_share([r for r in rows if r["technique"] != "static_int8"], "w", "int8_auto") is None
+
+
+@pytest.mark.capability
+def test_a_pt2e_rows_note_gives_its_int8_mac_share_and_stored_size_within_the_formats_bound():
+    """A real PT2E static build of mlp xs (export, calibrate, convert; the compile is lazy and not triggered):
+    every int8 MAC is in a Linear, and its layers as stored are smaller by no more than the format allows."""
+    import re
+
+    from lab.crossover.measure import make_bench
+    from lab.quant import size_bound
+
+    bench = make_bench(get_workload("mlp"), "xs", batch_size=32)
+    model, info = arms._int8_built(bench, "static", "pt2e")
+    note = arms.int8_share_note(bench, model, info)
+    assert "int8 MAC share 100% (MAC bound 4.00x)" in note
+    ratio = float(re.search(r"int8 layers ([0-9.]+)x smaller as stored", note).group(1))
+    widest = max(m.in_features for m in bench.model.modules() if isinstance(m, nn.Linear))
+    assert 1.5 < ratio <= size_bound(widest) + 0.005
+
+
+def test_the_int8_size_figure_is_read_at_the_top_pt2e_row():
+    from lab.crossover import report
+
+    rows = [{**_row("xs", 10, "pt2e_static_int8", "inference", 0.5), "why": "int8 layers 3.10x smaller as stored"},
+            {**_row("xl", 1000, "pt2e_static_int8", "inference", 4.0), "why": "x; int8 layers 3.97x smaller as stored"},
+            {**_row("xl", 1000, "static_int8", "inference", 4.0), "why": "int8 layers 9.99x smaller as stored"}]
+    (fig,) = report.int8_size_figures(rows)
+    assert fig["value"] == pytest.approx(3.97) and fig["met"] and "w xl" in fig["name"]
+    rows[1]["why"] = "int8 layers 3.80x smaller as stored"
+    assert report.int8_size_figures(rows)[0]["met"] is False
+    assert report.int8_size_figures([rows[2]]) == []  # only PT2E's stored format is held to the goal
