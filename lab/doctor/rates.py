@@ -43,6 +43,16 @@ CROSSOVER_NAMES = {"bf16": "bf16", "fp16": "fp16", "auto": "amp_auto", "dynamic_
                    "compile": "compile", "fused_optimizer": "fused_optim", "dataloader_workers": "workers2",
                    "prefetch": "prefetch", "fast_kernels": "fast_kernels"}
 CROSSOVER_AXES = ("train_step", "inference")
+#: A lab technique whose map counterpart changed: the map's names to try, first first. ``int8_static`` runs the
+#: default flow, PT2E compiled (issue 30 added its row, ``pt2e_static_int8``); a map from before that has only
+#: the legacy eager flow's ``static_int8``, the nearest it knows.
+PREFERRED_MAP_NAMES = {"int8_static": ("pt2e_static_int8", "static_int8")}
+
+
+def map_names(technique: str) -> tuple[str, ...]:
+    """The map's technique names that stand for the lab's ``technique``, preferred first."""
+    return PREFERRED_MAP_NAMES.get(technique) or tuple(m for m, t in CROSSOVER_NAMES.items() if t == technique) \
+        or (technique,)
 
 
 @dataclass(frozen=True)
@@ -82,8 +92,9 @@ class CrossoverMap:
         ``(base_overhead + base_per_mmac * MMACs) / (tech_overhead + tech_per_mmac * MMACs)``, the median over
         the fits of ``workload`` when it has any, else over every workload; the interval from the nearest
         measured row's CI widened by the fits' leave-one-out error. ``None`` when the map has no fit."""
-        fits = [f for f in self.fits if CROSSOVER_NAMES.get(f["technique"], f["technique"]) == technique
-                and f["axis"] == axis]
+        name = next((n for n in map_names(technique) if any(f["technique"] == n and f["axis"] == axis
+                                                             for f in self.fits)), None)
+        fits = [f for f in self.fits if f["technique"] == name and f["axis"] == axis]
         same = [f for f in fits if f["workload"] == workload]
         fits = same or fits
         if not fits:
@@ -93,8 +104,8 @@ class CrossoverMap:
                         / max(f["tech_overhead_ms"] + f["tech_ms_per_mmac"] * mmac, 1e-9) for f in fits)
         value = values[len(values) // 2]
         wl = {f["workload"] for f in fits}
-        rows = [r for r in self.rows if CROSSOVER_NAMES.get(r["technique"], r["technique"]) == technique
-                and r["axis"] == axis and r["workload"] in wl and r.get("speedup")]
+        rows = [r for r in self.rows if r["technique"] == name and r["axis"] == axis and r["workload"] in wl
+                and r.get("speedup")]
         rel_lo, rel_hi = 0.8, 1.25
         if rows:
             here = math.log(max(macs_per_sample, 1))
@@ -354,6 +365,7 @@ def tiny_op_us() -> float:
     return 1e3 * sorted(times["add"])[len(times["add"]) // 2]
 
 
-__all__ = ["CROSSOVER_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes", "crossover_advice", "crossover_path",
+__all__ = ["CROSSOVER_NAMES", "map_names", "PREFERRED_MAP_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes",
+           "crossover_advice", "crossover_path",
            "dominant_layers", "dynamic_int8_rate", "find_crossover", "find_link", "grad_scaler_rate", "load_crossover",
            "model_fwd_bwd_rate", "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]

@@ -255,6 +255,21 @@ def test_crossover_loader_evaluates_the_fits_at_the_models_size(tmp_path):
     assert fused.value == pytest.approx(2.0) and "1 workload" in fused.source
 
 
+def test_static_int8_reads_the_maps_pt2e_row_where_there_is_one_and_the_legacy_row_otherwise():
+    """The lab's ``int8_static`` runs PT2E compiled; the map's ``static_int8`` is the legacy eager flow."""
+    from lab.doctor.rates import CrossoverMap
+
+    def fit(tech, tech_per_mmac):
+        return {"workload": "vision", "technique": tech, "axis": "inference", "base_overhead_ms": 0.0,
+                "base_ms_per_mmac": 4.0, "tech_overhead_ms": 0.0, "tech_ms_per_mmac": tech_per_mmac}
+
+    both = CrossoverMap(env={}, rows=[], fits=[fit("static_int8", 2.0), fit("pt2e_static_int8", 1.0)])
+    assert both.rate("int8_static", "inference", 1e6, "vision").value == pytest.approx(4.0)  # PT2E's 4x
+    legacy_only = CrossoverMap(env={}, rows=[], fits=[fit("static_int8", 2.0)])  # a map from before issue 30
+    assert legacy_only.rate("int8_static", "inference", 1e6, "vision").value == pytest.approx(2.0)
+    assert both.rate("pt2e_static_int8", "inference", 1e6, "vision").value == pytest.approx(4.0)
+
+
 def test_crossover_loader_refuses_another_schema(tmp_path):
     bad = tmp_path / "c.json"
     bad.write_text(json.dumps({"rows": [], "fits": [{"workload": "ctr"}]}))
