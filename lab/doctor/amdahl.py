@@ -51,6 +51,7 @@ class Rates:
     precision: dict[tuple[str, str], Rate] = field(default_factory=dict)  # (dtype, linear|conv|rnn)
     model_precision: dict[str, Rate] = field(default_factory=dict)  # dtype -> this model's forward + backward
     thread_loader_ms: Rate | None = None  # ms a thread-prefetched batch adds beside forward + backward (not a ratio)
+    thread_readers_ms: dict[int, Rate] = field(default_factory=dict)  # the same with N reads in flight (N > 1)
     worker_loader_ms: dict[int, Rate] = field(default_factory=dict)  # the same for N DataLoader worker processes
     fused_optimizer: Rate | None = None
     grad_scaler: Rate | None = None  # fp16's GradScaler as a rate of the optimizer class (< 1: slower)

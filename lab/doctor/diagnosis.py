@@ -140,9 +140,14 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Technique], measure: Sequence
         for t in techniques:
             loader = t.overrides.get("data.loader")
             data = {k: v for k, v in t.overrides.items() if k.startswith("data.")}
-            if loader == "thread":
+            readers = int(data.get("data.prefetch_readers", 1))
+            if loader == "thread" and readers == 1:
                 out.thread_loader_ms = _loader_ms(cfg, data, model, inputs, batch[-1], ctx.workload.loss,
                                                   "a batch through the thread prefetcher")
+            elif loader == "thread":  # each reader count its own measurement: prefetch and parallel_reads differ
+                out.thread_readers_ms[readers] = _loader_ms(
+                    cfg, data, model, inputs, batch[-1], ctx.workload.loss,
+                    f"a batch through the thread prefetcher with {readers} reads in flight")
             elif loader == "dataloader" and int(data.get("data.num_workers", 0)) > 0:
                 n = int(data["data.num_workers"])
                 out.worker_loader_ms[n] = _loader_ms(cfg, data, model, inputs, batch[-1], ctx.workload.loss,

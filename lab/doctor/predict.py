@@ -143,13 +143,17 @@ def predict_fast_kernels(name: str, b: Breakdown, r: Rates, axis: str = "train_s
                       f"{_fmt(s, lo, hi)}", [rate.source])
 
 
-def predict_loader(name: str, b: Breakdown, workers: int, r: Rates) -> Prediction:
-    """A background loader overlaps the data wait with compute (a thread: ``workers=0``; processes: more)."""
+def predict_loader(name: str, b: Breakdown, workers: int, r: Rates, readers: int = 1) -> Prediction:
+    """A background loader overlaps the data wait with compute (a thread: ``workers=0``, with ``readers`` reads
+    in flight; processes: more). Without a measurement, ``readers`` splits the wait like workers do: the reads'
+    round trips overlap (their transfers do not, which the prior cannot see: a measurement can)."""
     wait = b.share("data_wait")
     compute = 1.0 - wait
     step_ms = max(b.step_ms, 1e-6)
-    if workers == 0 and r.thread_loader_ms is not None:
-        return _loader_measured(name, b, r.thread_loader_ms, "a thread prefetcher")
+    thread = "a thread prefetcher" + (f" with {readers} reads in flight" if readers > 1 else "")
+    measured = r.thread_loader_ms if readers == 1 else r.thread_readers_ms.get(readers)
+    if workers == 0 and measured is not None:
+        return _loader_measured(name, b, measured, thread)
     if workers > 0 and r.worker_loader_ms.get(workers) is not None:
         return _loader_measured(name, b, r.worker_loader_ms[workers], f"{workers} loader worker processes")
     if workers == 0:
@@ -162,14 +166,14 @@ def predict_loader(name: str, b: Breakdown, workers: int, r: Rates) -> Predictio
                   "handoff": Rate(ipc_ms / step_ms, 0.4 * ipc_ms / step_ms, 3 * ipc_ms / step_ms,
                                   "prior: inter-process hand-off per batch"),
                   "slow": Rate(1.1, 1.0, 1.4, "prior: workers share the cores with compute")}
-    per = wait / max(workers, 1)
+    per = wait / max(workers, readers if workers == 0 else 1, 1)
 
     def frac(v: Mapping[str, Any]) -> Any:
         c = compute * v["slow"]
         return np.maximum(c, per) + (1 - v["eff"]) * np.minimum(c, per) + v["handoff"]
 
     s, lo, hi = monte_carlo(frac, params)
-    kind = "a thread prefetcher" if workers == 0 else f"{workers} loader worker processes"
+    kind = thread if workers == 0 else f"{workers} loader worker processes"
     lead = (f"data wait {_pct(wait)} of the step -> {kind}" if wait >= 0.1 else
             f"data wait only {_pct(wait)}: {kind} has little to hide and adds a hand-off per batch")
     return Prediction(name, "train_step", s, lo, hi, f"{lead}, predicted {_fmt(s, lo, hi)}",
@@ -261,7 +265,7 @@ def _precision(dtype: Any, a: Ask) -> Prediction | None:
 
 def _loader(loader: Any, a: Ask) -> Prediction | None:
     if loader == "thread":
-        return predict_loader(a.name, a.train, 0, a.rates)
+        return predict_loader(a.name, a.train, 0, a.rates, int(a.overrides.get("data.prefetch_readers", 1)))
     if loader == "dataloader":
         return predict_loader(a.name, a.train, int(a.overrides.get("data.num_workers", 0)), a.rates)
     return None

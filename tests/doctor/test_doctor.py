@@ -83,8 +83,26 @@ def test_the_interval_contains_the_estimate_and_stays_within_the_extremes(share,
 
 def test_planted_data_wait_gets_a_loader_first():
     top = _ranked(_bd(data_wait=0.8, matmul=0.1, optimizer=0.02))[0]
-    assert top.axis == "train_step" and top.technique in ("prefetch", "workers2")
+    assert top.axis == "train_step" and top.technique in ("prefetch", "parallel_reads", "workers2")
     assert "data wait 80 %" in top.reason
+
+
+def test_reads_in_flight_are_predicted_from_their_own_measurement_or_split_the_wait():
+    """``parallel_reads`` and ``prefetch`` both use the thread loader: each reader count is its own prediction
+    (one shared slot let the last measured overwrite the other's)."""
+    b = _bd(data_wait=0.6, matmul=0.35, optimizer=0.05)
+    t_one, t_two = TECHNIQUES["prefetch"], TECHNIQUES["parallel_reads"]
+
+    def predict(t, rates):
+        return predict_technique(t.name, t.overrides, t.axes, b, None, rates)
+
+    prior_one, prior_two = predict(t_one, RATES), predict(t_two, RATES)  # priors: 2 readers halve the wait
+    assert prior_two.speedup > prior_one.speedup and "2 reads in flight" in prior_two.reason
+    measured = dataclasses.replace(RATES, thread_loader_ms=Rate(5.0, 4.0, 6.0, "measured here: one reader"),
+                                   thread_readers_ms={2: Rate(0.5, 0.4, 0.6, "measured here: two readers")})
+    one, two = predict(t_one, measured), predict(t_two, measured)
+    assert "one reader" in one.sources[0] and "two readers" in two.sources[0]
+    assert one.speedup == pytest.approx(10.0 / (4.0 + 5.0)) and two.speedup == pytest.approx(10.0 / (4.0 + 0.5))
 
 
 def test_planted_matmul_gets_precision_first():
