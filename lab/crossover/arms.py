@@ -161,12 +161,6 @@ def int8_share_note(bench: Bench, model: nn.Module, info: dict[str, Any]) -> str
     return note
 
 
-def _int8(bench: Bench, method: str, flow: str = "legacy") -> nn.Module:
-    # ``static_int8`` / ``dynamic_int8``: the legacy torch.ao flow, eager int8 kernels against the eager fp32
-    # baseline. ``pt2e_static_int8`` compiles with Inductor, so its ratio mixes int8 with compilation.
-    return _int8_built(bench, method, flow)[0]
-
-
 def _int8_auto(bench: Bench) -> dict[str, str]:
     """Run the lab's own ``--quant-flow auto`` probe (static int8) on the rung's model and batch; the
     candidates it built become the arms that time them: ``{arm: flow}`` of every built candidate. Its record
@@ -249,7 +243,7 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
                 # no arm of its own: its row is the chosen candidate's samples; both candidates are timed
                 for arm, flow in _int8_auto(bench).items():
                     if arm not in arms:
-                        arms[arm] = inference_call(bench, _int8(bench, "static", flow))
+                        arms[arm] = inference_call(bench, _int8_built(bench, "static", flow)[0])
             elif tech == "workers":
                 arms["workers_base"] = train_step(bench, model, batches=_loader_batches(bench, 0))
                 arms[tech] = train_step(bench, model, batches=_loader_batches(bench, 1))
