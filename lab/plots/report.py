@@ -21,7 +21,7 @@ from plotly.subplots import make_subplots
 
 from lab.bench import FAMILY_ORDER, REPORT_JSON
 
-MET_COLORS = {"met": "#2ca02c", "not met": "#d62728", "no goal": "#7f7f7f"}
+MET_COLORS = {"met": "#2ca02c", "met, point only": "#ff7f0e", "not met": "#d62728", "no goal": "#7f7f7f"}
 TABLE_COLUMNS = ["hardware", "family", "figure", "measured", "unit", "CI", "goal", "met", "reproduced", "note"]
 
 
@@ -42,11 +42,15 @@ def _text(x: Any) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
 
-def _met(met: Any) -> str:
+def _met(row: dict[str, Any]) -> str:
     # a DataFrame turns a missing ``met`` into None or NaN depending on its neighbours: both mean "no goal"
+    met = row.get("met")
     if met is None or (isinstance(met, float) and math.isnan(met)):
         return "no goal"
-    return "met" if bool(met) else "not met"
+    if not bool(met):
+        return "not met"
+    # met on the point estimate while the CI's unfavourable end misses the goal (lab.bench.met_beyond_noise)
+    return "met, point only" if row.get("met_beyond_noise") is False else "met"
 
 
 def load_reports(root: str | Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
@@ -125,7 +129,7 @@ def report_table(df: pd.DataFrame) -> pd.DataFrame:
                     "measured": float(r["value"]) if _finite(r.get("value")) else math.nan,
                     "unit": _text(r.get("unit")),
                     "CI": f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "", "goal": _text(r.get("goal")),
-                    "met": "" if _met(r.get("met")) == "no goal" else _met(r.get("met")),
+                    "met": "" if _met(r) == "no goal" else _met(r),
                     "reproduced": _reproduced(r), "note": _text(r.get("note"))})
     return pd.DataFrame(out, columns=TABLE_COLUMNS)
 
@@ -199,7 +203,7 @@ def report_figure(rows: list[dict[str, Any]] | pd.DataFrame) -> go.Figure:
                              [c[1] for c in cis_kind if c], floor=None)
         for col, hw in enumerate(hardware, start=1):
             for status, color in MET_COLORS.items():
-                mine = [r for r in mine_kind if r["hardware"] == hw and _met(r.get("met")) == status]
+                mine = [r for r in mine_kind if r["hardware"] == hw and _met(r) == status]
                 if not mine:
                     continue
                 cis = [_ci(r) for r in mine]

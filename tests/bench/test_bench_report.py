@@ -151,3 +151,34 @@ def test_a_benchmark_not_rerun_keeps_its_earlier_comparison(tmp_path):
     rows = {r["benchmark"]: r for r in br.write_report(tmp_path)[2]["rows"]}
     assert rows["precision"]["within_ci"] is True and rows["precision"]["previous"] == 1.5
     assert rows["pruning"]["within_ci"] is True and rows["pruning"]["previous"] == 2.0  # t2 vs t1, kept
+
+
+@pytest.mark.parametrize(("goal", "bound"), [
+    (">= 3x at <= 1 pt AUC", (">=", 3.0)), ("<= 2 %", ("<=", 2.0)), ("> 5x", (">", 5.0)),
+    (">= 0.95 (never >5 % slower)", (">=", 0.95)), ("95 % intervals overlap", None), ("within +-20 %", None),
+    ("~1.0x, reported honestly (0.8-1.25)", None), (None, None)])
+def test_goal_bound_reads_the_leading_comparison_only(goal, bound):
+    assert br.goal_bound(goal) == bound
+
+
+@pytest.mark.parametrize(("goal", "ci", "met", "beyond"), [
+    (">= 3x", [2.73, 3.49], True, False),   # met on the point estimate, the CI reaches below the goal
+    (">= 3x", [3.05, 3.49], True, True),
+    ("<= 1 pt", [0.2, 1.4], True, False),   # an upper-bound goal: the CI's top end is the unfavourable one
+    ("<= 1 pt", [0.2, 0.9], True, True),
+    (">= 3x", [2.1, 2.9], False, None),     # not met: nothing to qualify
+    (">= 3x", None, True, None),            # no CI: the point is all there is
+    ("95 % intervals overlap", [0.9, 1.1], True, None)])
+def test_met_beyond_noise_reads_the_unfavourable_end_of_the_ci(goal, ci, met, beyond):
+    row = {"goal": goal, "ci95": ci, "met": met}
+    assert br.met_beyond_noise(row) is beyond
+
+
+def test_report_marks_a_goal_met_on_the_point_only(tmp_path):
+    _write(tmp_path, "stacked", [_fig("ctr stack", 3.16, ci=[2.73, 3.49], goal=">= 3x", met=True),
+                                 _fig("vision int8", 4.39, ci=[4.19, 4.41], goal=">= 4x", met=True)])
+    rep = br.build_report(tmp_path)
+    by_name = {r["name"]: r for r in rep["rows"]}
+    assert by_name["ctr stack"]["met_beyond_noise"] is False and by_name["vision int8"]["met_beyond_noise"] is True
+    md = br.render_markdown(rep)
+    assert "| >= 3x | met, point only (CI crosses the goal) |" in md and "| >= 4x | met |" in md

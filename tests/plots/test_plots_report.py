@@ -112,3 +112,15 @@ def test_speed_size_memory_and_macs_ratios_never_share_an_axis():
     assert speed_axis.range[1] < 8.7  # the wild whisker is clipped ...
     noisy = next(t for t in fig.data if "compute: noisy speedup" in t.y)
     assert "clipped" in noisy.customdata[list(noisy.y).index("compute: noisy speedup")][1]  # ... and says so
+
+
+def test_a_goal_met_on_the_point_only_is_its_own_status_in_the_figure_and_the_table():
+    shaky = dict(_row("cpu-2c", "ctr stack", 3.16, ci=[2.73, 3.49], family="stacked", goal=">= 3x", met=True),
+                 met_beyond_noise=False)
+    firm = dict(_row("cpu-2c", "vision int8", 4.39, ci=[4.19, 4.41], family="quantization", goal=">= 4x",
+                     met=True), met_beyond_noise=True)
+    points = _points(report_figure([shaky, firm]))
+    assert points[("cpu-2c", "stacked: ctr stack")][3] == "met, point only"
+    assert points[("cpu-2c", "quantization: vision int8")][3] == "met"
+    table = report_table(report_frame({"cpu-2c": {"hardware_id": "cpu-2c", "env": {}, "rows": [shaky, firm]}}))
+    assert list(table["met"]) == ["met, point only", "met"]
