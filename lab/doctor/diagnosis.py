@@ -172,11 +172,13 @@ def _loader_ms(cfg: RunConfig, data: dict[str, Any], model: torch.nn.Module, inp
 
 
 def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Technique], macs: float,
-                     workload: str) -> dict[tuple[str, str], rates_.Rate]:
+                     workload: str, batches: dict[str, int]) -> dict[tuple[str, str], rates_.Rate]:
+    """The map's rate of each technique on each axis, at this model's MACs and at the batch each axis runs at
+    (``batches``: axis -> the training batch, the eval batch)."""
     found = {}
     for t in techniques:
         for axis in rates_.CROSSOVER_AXES:
-            rate = cmap.rate(t.name, axis, macs, workload)
+            rate = cmap.rate(t.name, axis, macs, workload, batches.get(axis))
             if rate is not None:
                 found[(t.name, axis)] = rate
     return found
@@ -214,14 +216,17 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     infer = Breakdown.from_dict(prof["inference"]) if prof.get("inference") else None
     t0 = time.perf_counter()
     cmap = rates_.find_crossover(result.hardware_id, crossover_root)
-    mapped = cmap is not None and cmap.rate("compile", "train_step", result.macs_per_sample, cfg.workload)
+    batches = {"train_step": result.batch_size or None,
+               "inference": (prof.get("inference") or {}).get("batch") or cfg.eval_batch_size}
+    mapped = cmap is not None and cmap.rate("compile", "train_step", result.macs_per_sample, cfg.workload,
+                                            batches["train_step"])
     # the map's compile rate wins (as every map rate does), so the chain's two compiles are not paid for nothing
     # ... unless the user pays for the model's own compiled forward + backward, which wins over the map
     r = calibrate(cfg, [t for t in allowed if "compile" in measure
                         or not (mapped and t.overrides.get("compute.compile"))], measure)
     r.steps = result.steps
     if cmap is not None:
-        r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload)
+        r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload, batches)
         source = f"crossover map {cmap.path} ({len(r.crossover)} technique rates) + on-the-spot micro-benchmarks"
     else:
         source = (f"no crossover map for {result.hardware_id}: micro-benchmarks on the spot at this model's shapes "

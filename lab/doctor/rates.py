@@ -26,7 +26,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,13 @@ from lab.bench import BENCH_DIR
 from lab.distributed.scaling import Link
 from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms
 
-#: Crossover-map technique names -> the names of :data:`lab.recipes.TECHNIQUES`.
+#: Crossover-map technique names (:data:`lab.crossover.arms.TECHNIQUES`) -> the names of
+#: :data:`lab.recipes.TECHNIQUES`. The map's ``prune50`` removes channels (Torch-Pruning), so it stands for the lab's
+#: ``prune_channels50``, never for the lab's ``prune50`` (masks, which dense kernels do not skip); its ``workers``
+#: is the lab's ``workers2``. A lab technique absent here has no map row (see :func:`map_names`).
 CROSSOVER_NAMES = {"bf16": "bf16", "fp16": "fp16", "auto": "amp_auto", "dynamic_int8": "int8_dynamic",
-                   "static_int8": "int8_static", "qat_int8": "int8_qat", "prune_channels_50": "prune_channels50",
-                   "compile": "compile", "fused_optimizer": "fused_optim", "dataloader_workers": "workers2",
-                   "prefetch": "prefetch", "fast_kernels": "fast_kernels"}
+                   "static_int8": "int8_static", "pt2e_static_int8": "int8_static", "prune50": "prune_channels50",
+                   "compile": "compile", "fused_optimizer": "fused_optim", "workers": "workers2"}
 CROSSOVER_AXES = ("train_step", "inference")
 #: A lab technique whose map counterpart changed: the map's names to try, first first. ``int8_static`` runs the
 #: default flow, PT2E compiled (issue 30 added its row, ``pt2e_static_int8``); a map from before that has only
@@ -50,9 +52,10 @@ PREFERRED_MAP_NAMES = {"int8_static": ("pt2e_static_int8", "static_int8")}
 
 
 def map_names(technique: str) -> tuple[str, ...]:
-    """The map's technique names that stand for the lab's ``technique``, preferred first."""
-    return PREFERRED_MAP_NAMES.get(technique) or tuple(m for m, t in CROSSOVER_NAMES.items() if t == technique) \
-        or (technique,)
+    """The map's technique names that stand for the lab's ``technique``, preferred first; empty when the map has
+    no row for it. Never the lab's own name by default: the two vocabularies share words (``prune50``) that
+    name different techniques, and a rate read under the wrong name is a confident wrong prediction."""
+    return PREFERRED_MAP_NAMES.get(technique) or tuple(m for m, t in CROSSOVER_NAMES.items() if t == technique)
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,20 @@ class CrossoverMap:
     rows: list[dict[str, Any]]
     fits: list[dict[str, Any]]
     path: str = ""
+    #: workload -> the batch its ladder was timed at (the map's ``rungs``): each fit is per call at that batch.
+    batches: dict[str, int] = field(default_factory=dict)
 
-    def rate(self, technique: str, axis: str, macs_per_sample: float, workload: str | None = None) -> Rate | None:
+    def rate(self, technique: str, axis: str, macs_per_sample: float, workload: str | None = None,
+             batch: int | None = None) -> Rate | None:
         """The map's speedup of ``technique`` (a lab name) on ``axis`` at ``macs_per_sample``: each fit's
         ``(base_overhead + base_per_mmac * MMACs) / (tech_overhead + tech_per_mmac * MMACs)``, the median over
         the fits of ``workload`` when it has any, else over every workload; the interval from the nearest
-        measured row's CI widened by the fits' leave-one-out error. ``None`` when the map has no fit."""
+        measured row's CI widened by the fits' leave-one-out error. ``None`` when the map has no fit.
+
+        ``batch``: the call's batch. A fit is per call at its ladder's batch, so its fixed overhead is shared by
+        that many samples; at another batch the work per call is ``MMACs x batch / map batch`` (a 256-row eval
+        call does 8x the work of the map's 32-row one, and its fixed overhead weighs 8x less). Without it, or
+        for a map that does not say its batch, the per-sample MMACs are read as they are."""
         name = next((n for n in map_names(technique) if any(f["technique"] == n and f["axis"] == axis
                                                              for f in self.fits)), None)
         fits = [f for f in self.fits if f["technique"] == name and f["axis"] == axis]
@@ -100,8 +111,13 @@ class CrossoverMap:
         if not fits:
             return None
         mmac = max(float(macs_per_sample), 0.0) / 1e6
-        values = sorted((f["base_overhead_ms"] + f["base_ms_per_mmac"] * mmac)
-                        / max(f["tech_overhead_ms"] + f["tech_ms_per_mmac"] * mmac, 1e-9) for f in fits)
+
+        def work(f: dict[str, Any]) -> float:
+            map_batch = self.batches.get(f["workload"])
+            return mmac * (batch / map_batch) if batch and map_batch else mmac
+
+        values = sorted((f["base_overhead_ms"] + f["base_ms_per_mmac"] * work(f))
+                        / max(f["tech_overhead_ms"] + f["tech_ms_per_mmac"] * work(f), 1e-9) for f in fits)
         value = values[len(values) // 2]
         wl = {f["workload"] for f in fits}
         rows = [r for r in self.rows if r["technique"] == name and r["axis"] == axis and r["workload"] in wl
@@ -115,8 +131,11 @@ class CrossoverMap:
         loo = max((abs(float(f.get("loo_error") or 0.0)) for f in fits), default=0.0)
         lo, hi = value * min(rel_lo, 1.0) * (1 - min(loo, 0.9)), value * max(rel_hi, 1.0) * (1 + loo)
         where = "same workload" if same else f"{len(wl)} workload(s)"
+        scaled = [f["workload"] for f in fits if batch and self.batches.get(f["workload"])]
+        at = (f", batch {batch} vs the map's {', '.join(str(self.batches[w]) for w in sorted(set(scaled)))}"
+              if scaled else "")
         return Rate(value, min(lo, value), max(hi, value),
-                    f"crossover map ({where}, {mmac:.3g} MMACs/sample)")
+                    f"crossover map ({where}, {mmac:.3g} MMACs/sample{at})")
 
 
 def _need(d: dict, keys: Sequence[str], where: str, path: Path) -> None:
@@ -142,7 +161,10 @@ def load_crossover(path: str | Path) -> CrossoverMap:
                     "tech_ms_per_mmac"), "a fit", path)
         if fit["axis"] not in CROSSOVER_AXES:
             raise ValueError(f"{path}: a fit has axis {fit['axis']!r}: allowed: {', '.join(CROSSOVER_AXES)}")
-    return CrossoverMap(env=data.get("env", {}), rows=list(data["rows"]), fits=list(data["fits"]), path=str(path))
+    batches = {r["workload"]: int(r["batch_size"]) for r in data.get("rungs") or []
+               if isinstance(r, dict) and r.get("workload") and r.get("batch_size")}
+    return CrossoverMap(env=data.get("env", {}), rows=list(data["rows"]), fits=list(data["fits"]), path=str(path),
+                        batches=batches)
 
 
 def crossover_path(hardware_id: str, root: Path | None = None) -> Path:

@@ -285,7 +285,26 @@ def test_static_int8_reads_the_maps_pt2e_row_where_there_is_one_and_the_legacy_r
     assert both.rate("int8_static", "inference", 1e6, "vision").value == pytest.approx(4.0)  # PT2E's 4x
     legacy_only = CrossoverMap(env={}, rows=[], fits=[fit("static_int8", 2.0)])  # a map from before issue 30
     assert legacy_only.rate("int8_static", "inference", 1e6, "vision").value == pytest.approx(2.0)
-    assert both.rate("pt2e_static_int8", "inference", 1e6, "vision").value == pytest.approx(4.0)
+    assert both.rate("pt2e_static_int8", "inference", 1e6, "vision") is None  # a map name, not a lab technique
+
+
+def test_every_map_technique_stands_for_a_lab_technique_and_shared_words_do_not_cross():
+    """The map's ``prune50`` removes channels; the lab's ``prune50`` masks weights (dense kernels skip nothing).
+    Reading the first's rate for the second would predict a speedup masks cannot give."""
+    from lab.crossover.arms import TECHNIQUES as MAP_TECHNIQUES
+    from lab.doctor.rates import CROSSOVER_NAMES, CrossoverMap, map_names
+    from lab.recipes import TECHNIQUES as LAB_TECHNIQUES
+
+    assert set(CROSSOVER_NAMES) <= set(MAP_TECHNIQUES) and set(CROSSOVER_NAMES.values()) <= set(LAB_TECHNIQUES)
+    unmapped = set(MAP_TECHNIQUES) - set(CROSSOVER_NAMES)
+    assert unmapped == {"int8_auto"}  # the map's own probe of the two int8 flows: no single lab technique
+    for lab_name in LAB_TECHNIQUES:
+        assert set(map_names(lab_name)) <= set(MAP_TECHNIQUES)
+    cmap = CrossoverMap(env={}, rows=[], fits=[
+        {"workload": "mlp", "technique": "prune50", "axis": "inference", "base_overhead_ms": 0.0,
+         "base_ms_per_mmac": 4.0, "tech_overhead_ms": 0.0, "tech_ms_per_mmac": 1.0}])
+    assert cmap.rate("prune_channels50", "inference", 1e6, "mlp").value == pytest.approx(4.0)
+    assert cmap.rate("prune50", "inference", 1e6, "mlp") is None
 
 
 def test_crossover_loader_refuses_another_schema(tmp_path):
@@ -523,3 +542,41 @@ def test_loader_extra_ms_holds_at_least_the_read_it_cannot_hide_and_predicts_fro
     r = dataclasses.replace(RATES, worker_loader_ms={2: Rate(4.0, 3.0, 5.0, "measured here: test")})
     w = predict_technique("workers2", TECHNIQUES["workers2"].overrides, TECHNIQUES["workers2"].axes, b, None, r)
     assert w.speedup == pytest.approx(10 / (6 + 4.0)) and "2 loader worker processes added 4.00 ms" in w.reason
+
+
+def _batch_fit(workload="vision"):
+    return {"workload": workload, "technique": "prune50", "axis": "inference", "base_overhead_ms": 1.0,
+            "base_ms_per_mmac": 1.0, "tech_overhead_ms": 1.0, "tech_ms_per_mmac": 0.25}
+
+
+def test_a_map_rate_is_read_at_the_calls_batch_not_the_maps():
+    """A fit is per call at its ladder's batch: at 8x the batch the call does 8x the work and the fixed overhead
+    weighs less, so the speedup moves toward the slopes' ratio."""
+    from lab.doctor.rates import CrossoverMap
+
+    cmap = CrossoverMap(env={}, rows=[], fits=[_batch_fit()], batches={"vision": 32})
+    at_map = cmap.rate("prune_channels50", "inference", 1e6, "vision", batch=32)
+    assert at_map.value == pytest.approx(2.0 / 1.25)
+    assert cmap.rate("prune_channels50", "inference", 1e6, "vision").value == pytest.approx(at_map.value)
+    big = cmap.rate("prune_channels50", "inference", 1e6, "vision", batch=256)
+    assert big.value == pytest.approx(9.0 / 3.0) and "batch 256 vs the map's 32" in big.source
+    old = CrossoverMap(env={}, rows=[], fits=[_batch_fit()])  # a map that does not say its batch: read as is
+    assert old.rate("prune_channels50", "inference", 1e6, "vision", batch=256).value == pytest.approx(at_map.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(mmac=st.floats(1e-3, 1e3), small=st.integers(1, 512), factor=st.integers(2, 64))
+def test_a_larger_batch_moves_the_map_rate_from_the_overhead_ratio_toward_the_slope_ratio(mmac, small, factor):
+    from lab.doctor.rates import CrossoverMap
+
+    cmap = CrossoverMap(env={}, rows=[], fits=[_batch_fit()], batches={"vision": 64})
+    lo = cmap.rate("prune_channels50", "inference", mmac * 1e6, "vision", batch=small).value
+    hi = cmap.rate("prune_channels50", "inference", mmac * 1e6, "vision", batch=small * factor).value
+    assert 1.0 <= lo <= hi * (1 + 1e-9) <= 4.0 * (1 + 1e-9)  # overhead ratio 1, slope ratio 4
+
+
+def test_load_crossover_reads_each_ladders_batch(tmp_path):
+    path = tmp_path / "crossover.json"
+    path.write_text(json.dumps({"rows": [], "fits": [_batch_fit()], "rungs": [
+        {"workload": "vision", "rung": "xs", "batch_size": 32}, {"workload": "ctr", "rung": "xs", "batch_size": 512}]}))
+    assert load_crossover(path).batches == {"vision": 32, "ctr": 512}
