@@ -63,7 +63,8 @@ def emit(benchmark: str, args: argparse.Namespace, figures: list[dict[str, Any]]
     """Print the figures as a table and, with ``--json``, write the envelope."""
     for f in figures:
         ci = f" [{f['ci95'][0]:.4g}, {f['ci95'][1]:.4g}]" if f["ci95"] else ""
-        goal = f"  goal {f['goal']}: {'met' if f['met'] else 'NOT met'}" if f["goal"] else ""
+        verdict = "undefined" if f["met"] is None else "met" if f["met"] else "NOT met"
+        goal = f"  goal {f['goal']}: {verdict}" if f["goal"] else ""
         print(f"{f['name']:<44} {f['value']:>10.4g} {f['unit']}{ci}{goal}")
     if args.json:
         out = {"benchmark": benchmark, "quick": args.quick, "env": environment_stamp(),
