@@ -7,12 +7,13 @@ with calibration; the ResNet also gets QAT and, for a fair cost comparison, plai
 same length. Latency arms are interleaved (fp32, fp32 channels_last, int8 ..., repeated) at batch 1 and batch
 64; the fp32 reference is the faster of plain and channels_last, not a weak baseline. Goals (DESIGN §5,
 issue 6): int8 >= 2.5x fp32 at batch >= 32 on the Linear/conv-heavy models with <= 0.5 pt accuracy loss;
-quantized layers >= 3.95x smaller; QAT recovers >= 50 % of the PTQ accuracy gap. Those arms run the legacy flow
+quantized layers >= 3.95x smaller; QAT's share of the PTQ gap is shown on one seed, the verdict on it (>= 50 %) is
+``benchmarks/qat_study.py``'s, over seeds. Those arms run the legacy flow
 (``quant.flow='legacy'``). The same float model then goes through PT2E (torchao X86InductorQuantizer, compiled by
 Inductor with freezing; ``bench_pt2e``), timed against fp32 eager AND fp32 compiled with the same Inductor settings,
 interleaved, compile seconds reported separately (issue 19 goals: vision static >= 4x fp32 eager and >= 1.5x fp32
 compiled at batch 64 with <= 0.5 pt loss; dynamic on ctr / sequence >= 1.0x or an op-level why; quantized layers
->= 3.9x smaller; QAT recovers >= 50 % of the PTQ gap).
+>= 3.9x smaller).
 
 GPU part (``gpu_part``, run by ``benchmarks/gpu.py``, not by this script): torchao int8 and int4 weight-only at
 batch 1 (decode-like: a stack of large bf16 Linear layers, Llama-8B MLP sizes) against bf16: latency ratio,
@@ -39,6 +40,7 @@ from lab.config import QuantConfig
 from lab.context import thread_count
 from lab.measure import block_ms, count_macs, error_text, interleaved_ms, median
 from lab.quant import (
+    MIN_RECOVERABLE_GAP_PTS,
     compile_frozen,
     compiled_latency,
     converted_graph,
@@ -185,27 +187,32 @@ def bench_pt2e(name: str, model: nn.Module, ctx: Any, f_out: torch.Tensor, repea
                            met=lf / lq >= 3.9, note=f"graph: {info['swap']['graph']}; stayed float: "
                            f"{', '.join(info['swap']['kept_float']) or '-'}; float ops: {info['swap']['float_ops']}"))
     if "qat" in metrics and "static" in metrics:
-        gap = metrics["fp32"] - metrics["static"]
-        rec = (metrics["qat"] - metrics["static"]) / gap if gap > 0 else float("nan")
-        figs.append(figure(f"{name} pt2e QAT recovery of the PTQ gap", 100 * rec, unit="%", goal=">= 50 %",
-                           met=rec >= 0.5 if gap > 0 else None,
-                           note=f"fp32 {metrics['fp32']:.4f}, PTQ {metrics['static']:.4f}, QAT {metrics['qat']:.4f}; "
-                                f"one seed" + ("" if gap > 0 else "; PTQ lost nothing, goal n/a")))
+        figs.append(_one_seed_recovery(f"{name} pt2e", metrics["fp32"], metrics["static"], metrics["qat"],
+                                       f"fp32 {metrics['fp32']:.4f}, PTQ {metrics['static']:.4f}, "
+                                       f"QAT {metrics['qat']:.4f}"))
     return figs, raw
+
+
+def _one_seed_recovery(name: str, fp32: float, ptq: float, qat: float, what: str) -> dict:
+    """QAT's share of the PTQ gap on one seed: shown, never held against the goal. One seed has no interval, and
+    a gap of a few test samples made a 288 % "met" on an earlier run; the verdict is ``qat_study.py``'s (seeds,
+    a Student-t CI, a gap of at least ``MIN_RECOVERABLE_GAP_PTS``)."""
+    gap_pts = 100 * (fp32 - ptq)
+    share = 100 * (qat - ptq) / (fp32 - ptq) if gap_pts >= MIN_RECOVERABLE_GAP_PTS else float("nan")
+    why = ("" if gap_pts >= MIN_RECOVERABLE_GAP_PTS else
+           f"; PTQ lost {gap_pts:.2f} pts, under the {MIN_RECOVERABLE_GAP_PTS} pt the lab calls a loss: no share")
+    return figure(f"{name} QAT recovery of the PTQ gap (one seed)", share, unit="%",
+                  note=f"{what}{why}; one seed, no goal verdict: benchmarks/qat_study.py gives it over seeds")
 
 
 def _qat_figures(name: str, wl: Any, test: tuple, model: torch.nn.Module, arms: dict, extra: dict) -> list[dict]:
     metric = {k: wl.evaluate(outputs_of(m, test[:-1]), test[-1])[wl.metric_name]
               for k, m in (("fp32", model), ("static", arms["static"][0]), ("qat", arms["qat"][0]))}
-    gap = metric["fp32"] - metric["static"]
-    recovered = (metric["qat"] - metric["static"]) / gap if gap > 0 else float("nan")
     cost = median(extra["qat"].step_times_ms["total"][3:]) / median(extra["ft"].step_times_ms["total"][3:])
     return [
-        figure(f"{name} QAT recovery of the PTQ gap", 100 * recovered, unit="%", goal=">= 50 %",
-               met=recovered >= 0.5 if gap > 0 else None,
-               note=f"fp32 {metric['fp32']:.4f}, PTQ {metric['static']:.4f}, QAT {metric['qat']:.4f}, fp32+same "
-               f"fine-tune {extra['ft_metric']:.4f}; the gap is {round(gap * len(test[-1]))} of {len(test[-1])} "
-               "test samples, so this ratio is coarse" + ("" if gap > 0 else "; PTQ lost nothing, goal n/a")),
+        _one_seed_recovery(name, metric["fp32"], metric["static"], metric["qat"],
+                           f"fp32 {metric['fp32']:.4f}, PTQ {metric['static']:.4f}, QAT {metric['qat']:.4f}, fp32+same "
+                           f"fine-tune {extra['ft_metric']:.4f}; {len(test[-1])} test samples"),
         figure(f"{name} QAT step / plain fine-tune step", cost, unit="x",
                note="fake-quant slows training: int8 does not speed up training"),
     ]

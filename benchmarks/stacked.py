@@ -1,7 +1,7 @@
 """Stacked recipes end to end: how far the lab's techniques, added together, take a run on this machine, and
 what they cost in accuracy. Two parts, each its own ablation (``--part ctr|top|all``):
 
-    python benchmarks/stacked.py [--quick] [--part all] [--json PATH]
+    python benchmarks/stacked.py [--quick] [--part all] [--seeds 3] [--json PATH]
 
 **ctr** (the seeds' recommendation model; ``lab.recipes.speed_stack``). Baseline: the naive setup a first
 version has: every batch read in the training thread from emulated network storage (``network_fs``: 5 ms +
@@ -17,9 +17,9 @@ the deployable stack fused Adam + channels 50 % + static int8 (PT2E), against pl
 inference. int8 refuses a run trained under autocast, so the deployable stack trains in fp32.
 
 Both: same epochs and batch size in every arm; training time end to end (loop + compile + the auto probe +
-fine-tune); seeds 0-2, one run each, arms interleaved (each round starts one arm later); speedups are ratios of
-medians with bootstrap 95 % CIs over the three runs; accuracy deltas are medians next to the seed-to-seed
-spread. ``--quick`` runs tiny sizes. With ``--json`` an existing file keeps the other part's figures
+fine-tune); seeds 0-2 (``--seeds N``: 0..N-1), one run each, arms interleaved (each round starts one arm
+later); speedups are ratios of medians with bootstrap 95 % CIs over the runs; accuracy deltas are medians next
+to the seed-to-seed spread. ``--quick`` runs tiny sizes. With ``--json`` an existing file keeps the other part's figures
 (``parts``), so the two parts can be measured at different times.
 """
 
@@ -55,10 +55,10 @@ def delta(row: Any, metric: str) -> str:
     return f"{metric} {d:+.2f} pt (seed spread {float(row['noise_pt']):.2f} pt)"
 
 
-def _run(ablation: Ablation) -> tuple[Any, float]:
+def _run(ablation: Ablation, seeds: int) -> tuple[Any, float]:
     t0 = time.perf_counter()  # the whole ablation's wall time, one event reported as a figure: nothing to interleave
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "stacked.sqlite") as store:
-        df = run_ablation(ablation, repeats=1, seeds=(0, 1, 2), store=store,
+        df = run_ablation(ablation, repeats=1, seeds=tuple(range(seeds)), store=store,
                           progress=lambda ev: ev.get("phase") == "ablation" and print(
                               f"  [{ev['done']}/{ev['total']}] {ev['arm']} seed {ev['seed']}", flush=True))
     return df, time.perf_counter() - t0
@@ -74,12 +74,12 @@ def _speed(row: dict[str, Any], col: str) -> tuple[float, tuple[float, float] | 
     return row[col], ci
 
 
-def ctr_part(quick: bool) -> dict[str, Any]:
+def ctr_part(quick: bool, seeds: int = 3) -> dict[str, Any]:
     size = "tiny" if quick else "small"
     base = RunConfig(workload="ctr", size=size, threads=2, latency_repeats=5)
     # --quick leaves compile out: a cold compile is ~10 s on 2 cores, a third of the quick budget.
     extras = [e for e in SPEED_EXTRAS if not (quick and e == "compile")]
-    df, wall_s = _run(speed_stack(base, storage="network_fs", extras=extras))
+    df, wall_s = _run(speed_stack(base, storage="network_fs", extras=extras), seeds)
     figures = []
     for row in df.to_dict("records"):
         if row["arm"] == "baseline":
@@ -102,17 +102,17 @@ def ctr_part(quick: bool) -> dict[str, Any]:
     else:
         figures.append(figure("best stack within 1 pt AUC: none", math.nan, unit="x",
                               goal=f">= {GOAL_SPEEDUP:g}x at <= 1 pt AUC", met=False, family="stacked"))
-    return {"figures": figures, "size": size, "wall_s": wall_s, "table": df.to_dict("records")}
+    return {"figures": figures, "size": size, "wall_s": wall_s, "seeds": seeds, "table": df.to_dict("records")}
 
 
-def top_part(quick: bool) -> dict[str, Any]:
+def top_part(quick: bool, seeds: int = 3) -> dict[str, Any]:
     spec = TOP_QUICK if quick else TOP
     base = RunConfig(workload=spec["workload"], size=spec["size"], model_scale=spec["model_scale"],
                      epochs=spec["epochs"], threads=2, latency_repeats=5, device="cpu")
     ablation = top_stack(base)
     for arm, why in ablation.skipped.items():
         print(f"  skipped {arm}: {why}", flush=True)
-    df, wall_s = _run(ablation)
+    df, wall_s = _run(ablation, seeds)
     rung = f"{spec['workload']}/{spec['size']}" + (f"@{spec['model_scale']}" if spec["model_scale"] else "")
     figures = [figure(f"top {rung} fp32 baseline training time", float(df.iloc[0]["train_time_s"]), unit="s",
                       family="stacked", note=f"accuracy {df.iloc[0]['metric']:.4f}; {spec['epochs'] or 'default'} "
@@ -137,7 +137,7 @@ def top_part(quick: bool) -> dict[str, Any]:
                 note=f"{delta(row, 'accuracy')}; size ratio {float(row['size_ratio']):.2f} (fp32 bytes / arm "
                      f"bytes); {_why(row)[:160]}"))
     return {"figures": figures, "rung": rung, "epochs": spec["epochs"], "wall_s": wall_s,
-            "skipped": ablation.skipped, "table": df.to_dict("records")}
+            "skipped": ablation.skipped, "seeds": seeds, "table": df.to_dict("records")}
 
 
 def main() -> None:
@@ -145,7 +145,11 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes (well under a few minutes)")
     p.add_argument("--json", metavar="PATH", help="write the figures here (keeping the other part's)")
     p.add_argument("--part", choices=("all", "ctr", "top"), default="all")
+    p.add_argument("--seeds", type=int, default=3,
+                   help="runs per arm, seeds 0..N-1 (default 3; more narrow a CI that a noisy machine widens)")
     args = p.parse_args()
+    if args.seeds < 2:
+        p.error(f"--seeds {args.seeds}: need at least 2 (a CI over runs needs two)")
     parts: dict[str, Any] = {}
     if args.json and Path(args.json).exists():
         old = json.loads(Path(args.json).read_text())
@@ -155,7 +159,7 @@ def main() -> None:
             parts["ctr"]["git_sha"] = (old.get("env") or {}).get("git_sha")
     for name, fn in (("ctr", ctr_part), ("top", top_part)):
         if args.part in ("all", name):
-            parts[name] = fn(args.quick)
+            parts[name] = fn(args.quick, args.seeds)
     figures = [f for name in ("ctr", "top") if name in parts for f in parts[name]["figures"]]
     emit("stacked", args, figures, parts=parts, size=(parts.get("ctr") or {}).get("size"),
          wall_s=sum(float(v.get("wall_s") or 0) for v in parts.values()))
