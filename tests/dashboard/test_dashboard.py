@@ -263,7 +263,9 @@ def test_performance_report_page_shows_every_hardware(tmp_path, monkeypatch):
     table = _frame_with(at, "reproduced")
     assert set(table["hardware"]) == {"test-cpu-2c", "nvidia-h200"}
     row = table[table["figure"] == "ctr/bf16 speedup vs fp32"].iloc[0]
-    assert (row["hardware"], row["measured"], row["CI"], row["met"]) == ("test-cpu-2c", 1.375, "[1.25, 1.5]", "met")
+    # met by the point estimate, while the CI reaches below the 1.3x goal: said so
+    assert (row["hardware"], row["measured"], row["CI"], row["met"]) == ("test-cpu-2c", 1.375, "[1.25, 1.5]",
+                                                                         "met, point only")
     assert row["reproduced"] == "yes (+10%)"  # 1.375 lies in the first run's CI [1.0, 1.5]
     gpu_row = table[table["figure"] == "bf16 matmul speedup vs fp32"].iloc[0]
     assert (gpu_row["hardware"], gpu_row["measured"]) == ("nvidia-h200", 7.5)
