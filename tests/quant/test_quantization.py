@@ -531,3 +531,37 @@ def test_with_vnni_auto_keeps_full_range_activations():
     chosen, info = _compiled_static_error("auto")
     assert info["reduce_range"]["used"] is False and "VNNI" in info["reduce_range"]["why"]
     assert chosen < Q.error_bound("static", False)
+
+
+def test_a_pt2e_int8_model_stays_fused_after_dynamo_drops_its_graph():
+    """Another PT2E build or a ``torch._dynamo.reset()`` clears Dynamo's cache; the next call recompiles, and
+    without the freezing patch Inductor leaves quantize -> int8 GEMM -> dequantize unfused (a map read PT2E
+    static on ctr xl at 0.99x fp32 for it). Inductor's int8 weight-prepack pass runs only under freezing: it
+    must run again on the recompile."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    x = torch.randn(32, 64)
+    calib = [(x, torch.zeros(32))] * 2
+
+    def build(width):
+        model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 10)).eval()
+        return Q.quantize_with_report(model, QuantConfig(method="static", calibration_batches=2), calib,
+                                      example_inputs=(x,))[0]
+
+    def prepacked(fn):
+        before = counters["inductor"]["qlinear_weight_prepack_matcher_count"]
+        out = fn()
+        return counters["inductor"]["qlinear_weight_prepack_matcher_count"] - before, out
+
+    first = build(128)
+    n, ref = prepacked(lambda: first(x))
+    assert n > 0  # the first call compiles frozen: the int8 weights are prepacked for oneDNN
+    build(32)(x)  # another PT2E build: it clears Dynamo's cache of the first graph
+    n, out = prepacked(lambda: first(x))
+    assert n > 0, "the recompile after another PT2E build ran without freezing (int8 unfused)"
+    torch._dynamo.reset()
+    n, out = prepacked(lambda: first(x))
+    assert n > 0 and torch.equal(out, ref)
+    n, _ = prepacked(lambda: first(x))
+    assert n == 0  # cached again: no compile, no patch
