@@ -1,7 +1,7 @@
 """Stacked recipes end to end: how far the lab's techniques, added together, take a run on this machine, and
 what they cost in accuracy. Two parts, each its own ablation (``--part ctr|top|all``):
 
-    python benchmarks/stacked.py [--quick] [--part all] [--seeds 3] [--json PATH]
+    python benchmarks/stacked.py [--quick] [--part all] [--seeds 3] [--top-scale RUNG] [--json PATH]
 
 **ctr** (the seeds' recommendation model; ``lab.recipes.speed_stack``). Baseline: the naive setup a first
 version has: every batch read in the training thread from emulated network storage (``network_fs``: 5 ms +
@@ -105,8 +105,10 @@ def ctr_part(quick: bool, seeds: int = 3) -> dict[str, Any]:
     return {"figures": figures, "size": size, "wall_s": wall_s, "seeds": seeds, "table": df.to_dict("records")}
 
 
-def top_part(quick: bool, seeds: int = 3) -> dict[str, Any]:
-    spec = TOP_QUICK if quick else TOP
+def top_part(quick: bool, seeds: int = 3, scale: str | None = None) -> dict[str, Any]:
+    spec = dict(TOP_QUICK if quick else TOP)
+    if scale:
+        spec["model_scale"] = scale
     base = RunConfig(workload=spec["workload"], size=spec["size"], model_scale=spec["model_scale"],
                      epochs=spec["epochs"], threads=2, latency_repeats=5, device="cpu")
     ablation = top_stack(base)
@@ -145,6 +147,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes (well under a few minutes)")
     p.add_argument("--json", metavar="PATH", help="write the figures here (keeping the other part's)")
     p.add_argument("--part", choices=("all", "ctr", "top"), default="all")
+    p.add_argument("--top-scale", default=None, metavar="RUNG",
+                   help="the top part's model scale (a rung of the vision ladder: xs s m l xl; default: the size's "
+                        "own); the larger, the more the inference techniques pay and the longer it trains")
     p.add_argument("--seeds", type=int, default=3,
                    help="runs per arm, seeds 0..N-1 (default 3; more narrow a CI that a noisy machine widens)")
     args = p.parse_args()
@@ -157,9 +162,10 @@ def main() -> None:
         if not parts and old.get("figures"):  # a file from before the parts: it is the ctr part alone
             parts["ctr"] = {k: old.get(k) for k in ("figures", "size", "wall_s", "table", "measured_at")}
             parts["ctr"]["git_sha"] = (old.get("env") or {}).get("git_sha")
-    for name, fn in (("ctr", ctr_part), ("top", top_part)):
-        if args.part in ("all", name):
-            parts[name] = fn(args.quick, args.seeds)
+    if args.part in ("all", "ctr"):
+        parts["ctr"] = ctr_part(args.quick, args.seeds)
+    if args.part in ("all", "top"):
+        parts["top"] = top_part(args.quick, args.seeds, args.top_scale)
     figures = [f for name in ("ctr", "top") if name in parts for f in parts[name]["figures"]]
     emit("stacked", args, figures, parts=parts, size=(parts.get("ctr") or {}).get("size"),
          wall_s=sum(float(v.get("wall_s") or 0) for v in parts.values()))

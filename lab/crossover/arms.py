@@ -45,10 +45,13 @@ AXES = (TRAIN, INFER)
 #: kernels), ``pt2e_static_int8`` torchao PT2E compiled by Inductor (its ratio against the eager fp32 call
 #: includes what compiling alone gives: ``compile`` is that arm), ``int8_auto`` whichever of the two the run's
 #: ``--quant-flow auto`` probe (:func:`lab.quant.flow_auto.probe_flows`) takes on this model and batch.
+#: ``prune50_pt2e_int8`` stacks the two that shrink inference: channels 50 % removed, then PT2E static int8 of
+#: the pruned model (issue 30's top-rung stack, for deployment; the map trains nothing, so no accuracy here:
+#: ``benchmarks/stacked.py --part top`` measures that on a trained model).
 TECHNIQUES: dict[str, tuple[str, ...]] = {
     "bf16": (TRAIN, INFER), "fp16": (TRAIN, INFER), "auto": (TRAIN,), "dynamic_int8": (INFER,),
     "static_int8": (INFER,), "pt2e_static_int8": (INFER,), "int8_auto": (INFER,), "prune50": (TRAIN, INFER),
-    "compile": (TRAIN, INFER), "fused_optimizer": (TRAIN,), "workers": (TRAIN,),
+    "prune50_pt2e_int8": (INFER,), "compile": (TRAIN, INFER), "fused_optimizer": (TRAIN,), "workers": (TRAIN,),
 }
 #: ``int8_auto``'s candidates: the flow -> the map's arm that times its int8 model.
 INT8_FLOW_ARMS = {"legacy": "static_int8", "pt2e": "pt2e_static_int8"}
@@ -67,7 +70,7 @@ class Bench:
     train_rows: tuple[torch.Tensor, ...]  # a few batches of training rows for the loaders and calibration
     notes: dict[str, str] = field(default_factory=dict)  # technique -> why it was skipped
     #: (method, flow) -> (int8 model, its quantization record): each built once per rung, shared by the arms
-    int8_models: dict[tuple[str, str], tuple[nn.Module, dict[str, Any]]] = field(default_factory=dict)
+    int8_models: dict[tuple[str, ...], tuple[nn.Module, dict[str, Any]]] = field(default_factory=dict)
     #: an ``auto`` technique -> what it decided (``int8_auto``: the flow probe's record)
     choices: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -127,16 +130,19 @@ def _pruned(bench: Bench) -> nn.Module:
     return model
 
 
-def _int8_built(bench: Bench, method: str, flow: str = "legacy") -> tuple[nn.Module, dict[str, Any]]:
+def _int8_built(bench: Bench, method: str, flow: str = "legacy",
+                pruned: nn.Module | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """The rung's int8 model and its record for ``method`` x ``flow`` (built once per rung: a PT2E build
-    exports, calibrates and compiles). Calibration: up to 4 batches of the training rows."""
-    key = (method, flow)
+    exports, calibrates and compiles), of ``pruned`` instead of the rung's model when given (the stacked arm).
+    Calibration: up to 4 batches of the training rows."""
+    key: tuple[str, ...] = (method, flow) if pruned is None else (method, flow, "pruned")
     if key not in bench.int8_models:
         n = max(1, len(bench.train_rows[0]) // bench.batch_size)
         calib = [tuple(t[i * bench.batch_size:(i + 1) * bench.batch_size] for t in bench.train_rows)
                  for i in range(n)]
         qc = QuantConfig(method=method, calibration_batches=min(4, n), flow=flow)
-        bench.int8_models[key] = quantize_with_report(bench.model, qc, calib, example_inputs=bench.inputs)
+        source = pruned if pruned is not None else bench.model
+        bench.int8_models[key] = quantize_with_report(source, qc, calib, example_inputs=bench.inputs)
     return bench.int8_models[key]
 
 
@@ -238,6 +244,10 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
                 method, flow = ("static", "pt2e") if tech == "pt2e_static_int8" else (tech.split("_")[0], "legacy")
                 model_q, info = _int8_built(bench, method, flow)
                 bench.notes[tech] = int8_share_note(bench, model_q, info)
+                arms[tech] = inference_call(bench, model_q)
+            elif tech == "prune50_pt2e_int8":
+                model_q, info = _int8_built(bench, "static", "pt2e", pruned=_pruned(bench).eval())
+                bench.notes[tech] = f"{bench.notes.get('prune50', '')}; then {int8_share_note(bench, model_q, info)}"
                 arms[tech] = inference_call(bench, model_q)
             elif tech == "int8_auto":
                 # no arm of its own: its row is the chosen candidate's samples; both candidates are timed

@@ -57,7 +57,7 @@ MAP_BATCH = {False: {"ctr": 512, "sequence": 64, "vision": 16, "transformer": 32
 #: torch.compile of a training step took 20-50 s on this 2-core box (cold Inductor cache), ~60 % of the full
 #: map's time when compiled at every rung; a PT2E int8 build (export, calibrate, Inductor with freezing) costs
 #: the same. Three rungs still span the ladder and give the fit two degrees.
-SPARSE_RUNGS = {t: ("xs", "m", "xl") for t in ("compile", "pt2e_static_int8", "int8_auto")}
+SPARSE_RUNGS = {t: ("xs", "m", "xl") for t in ("compile", "pt2e_static_int8", "int8_auto", "prune50_pt2e_int8")}
 #: Seconds of interleaved timing per rung x axis after which the rounds stop (at least 3 are always run):
 #: the xl rungs' 1-2 s steps made the full map take 45 min on this 2-core box at 5 fixed rounds.
 AXIS_BUDGET_S = {True: 8.0, False: 20.0}

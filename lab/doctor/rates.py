@@ -34,16 +34,10 @@ import torch
 from torch import nn
 
 from lab.bench import BENCH_DIR
+from lab.crossover.versus import ARM_TO_TECHNIQUE
 from lab.distributed.scaling import Link
 from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms
 
-#: Crossover-map technique names (:data:`lab.crossover.arms.TECHNIQUES`) -> the names of
-#: :data:`lab.recipes.TECHNIQUES`. The map's ``prune50`` removes channels (Torch-Pruning), so it stands for the lab's
-#: ``prune_channels50``, never for the lab's ``prune50`` (masks, which dense kernels do not skip); its ``workers``
-#: is the lab's ``workers2``. A lab technique absent here has no map row (see :func:`map_names`).
-CROSSOVER_NAMES = {"bf16": "bf16", "fp16": "fp16", "auto": "amp_auto", "dynamic_int8": "int8_dynamic",
-                   "static_int8": "int8_static", "pt2e_static_int8": "int8_static", "prune50": "prune_channels50",
-                   "compile": "compile", "fused_optimizer": "fused_optim", "workers": "workers2"}
 CROSSOVER_AXES = ("train_step", "inference")
 #: A lab technique whose map counterpart changed: the map's names to try, first first. ``int8_static`` runs the
 #: default flow, PT2E compiled (issue 30 added its row, ``pt2e_static_int8``); a map from before that has only
@@ -53,9 +47,13 @@ PREFERRED_MAP_NAMES = {"int8_static": ("pt2e_static_int8", "static_int8")}
 
 def map_names(technique: str) -> tuple[str, ...]:
     """The map's technique names that stand for the lab's ``technique``, preferred first; empty when the map has
-    no row for it. Never the lab's own name by default: the two vocabularies share words (``prune50``) that
-    name different techniques, and a rate read under the wrong name is a confident wrong prediction."""
-    return PREFERRED_MAP_NAMES.get(technique) or tuple(m for m, t in CROSSOVER_NAMES.items() if t == technique)
+    no row for it. One table for the doctor and the map's own predicted-vs-measured view
+    (:data:`lab.crossover.versus.ARM_TO_TECHNIQUE`). Never the lab's own name by default: the two vocabularies
+    share words (the map's ``prune50`` removes channels, the lab's masks weights) that name different
+    techniques, and a rate read under the wrong name is a confident wrong prediction."""
+    if technique in PREFERRED_MAP_NAMES:
+        return PREFERRED_MAP_NAMES[technique]
+    return (ARM_TO_TECHNIQUE[technique],) if technique in ARM_TO_TECHNIQUE else ()
 
 
 @dataclass(frozen=True)
@@ -387,7 +385,7 @@ def tiny_op_us() -> float:
     return 1e3 * sorted(times["add"])[len(times["add"]) // 2]
 
 
-__all__ = ["CROSSOVER_NAMES", "map_names", "PREFERRED_MAP_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes",
+__all__ = ["map_names", "PREFERRED_MAP_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes",
            "crossover_advice", "crossover_path",
            "dominant_layers", "dynamic_int8_rate", "find_crossover", "find_link", "grad_scaler_rate", "load_crossover",
            "model_fwd_bwd_rate", "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]

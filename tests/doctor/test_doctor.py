@@ -292,14 +292,15 @@ def test_every_map_technique_stands_for_a_lab_technique_and_shared_words_do_not_
     """The map's ``prune50`` removes channels; the lab's ``prune50`` masks weights (dense kernels skip nothing).
     Reading the first's rate for the second would predict a speedup masks cannot give."""
     from lab.crossover.arms import TECHNIQUES as MAP_TECHNIQUES
-    from lab.doctor.rates import CROSSOVER_NAMES, CrossoverMap, map_names
+    from lab.crossover.versus import ARM_TO_TECHNIQUE
+    from lab.doctor.rates import CrossoverMap, map_names
     from lab.recipes import TECHNIQUES as LAB_TECHNIQUES
 
-    assert set(CROSSOVER_NAMES) <= set(MAP_TECHNIQUES) and set(CROSSOVER_NAMES.values()) <= set(LAB_TECHNIQUES)
-    unmapped = set(MAP_TECHNIQUES) - set(CROSSOVER_NAMES)
-    assert unmapped == {"int8_auto"}  # the map's own probe of the two int8 flows: no single lab technique
-    for lab_name in LAB_TECHNIQUES:
-        assert set(map_names(lab_name)) <= set(MAP_TECHNIQUES)
+    assert set(ARM_TO_TECHNIQUE) <= set(LAB_TECHNIQUES) and set(ARM_TO_TECHNIQUE.values()) <= set(MAP_TECHNIQUES)
+    named = {m for t in LAB_TECHNIQUES for m in map_names(t)}
+    assert named <= set(MAP_TECHNIQUES)
+    assert set(MAP_TECHNIQUES) - named <= {"int8_auto", "prune50_pt2e_int8"}  # map-only arms: no lab technique
+    assert map_names("int8_eager") == ("dynamic_int8",)  # legacy dynamic: the map's dynamic_int8 arm
     cmap = CrossoverMap(env={}, rows=[], fits=[
         {"workload": "mlp", "technique": "prune50", "axis": "inference", "base_overhead_ms": 0.0,
          "base_ms_per_mmac": 4.0, "tech_overhead_ms": 0.0, "tech_ms_per_mmac": 1.0}])
