@@ -97,6 +97,10 @@ def test_the_top_stack_stacks_what_pays_on_both_phases():
     whole = ab.arms["fused_optim+prune_channels50+int8_static"]
     assert whole.compute.fused_optimizer and whole.precision.dtype == "fp32"  # int8 refuses autocast training
     assert whole.prune.method == "structured_channels" and whole.prune.amount == 0.5 and whole.quant.method == "static"
+    # the stack's pruning fine-tunes longer than prune_channels50 alone does (1 epoch left a seed 28 pt down)
+    assert whole.prune.finetune_epochs == ab.arms["prune_channels50"].prune.finetune_epochs == 3
+    assert top_stack(RunConfig(workload="vision", size="small", device="cpu"), caps=_caps(SPR),
+                     prune_finetune_epochs=1).arms["prune_channels50"].prune.finetune_epochs == 1
     assert ab.arms["fused_optim+amp_auto"].precision.dtype == "auto"
     assert set(ab.axes["fused_optim+amp_auto"]) == {"train_step", "train"}  # training half: no inference claim
     assert "top_stack" in RECIPES
