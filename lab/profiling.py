@@ -17,10 +17,12 @@ import torch
 from torch import nn
 
 from lab import distributed
+from lab.compute import compiled_scatter_why
 from lab.context import TrainContext
 from lab.loop import FitStats, to_device
 from lab.measure import profile as op_profile
 from lab.store import default_store_path
+from lab.technique import PROFILE_PHASE
 
 #: ``--profile``: steps the profiler skips, then records, after (never inside) the timed training.
 PROFILE_WARMUP_STEPS, PROFILE_ACTIVE_STEPS = 2, 5
@@ -43,8 +45,9 @@ def capture_training_profile(ctx: TrainContext, model: nn.Module) -> tuple[op_pr
     ``torch.profiler``, after the timed steps (the run's timings never include the profiler), the same step the
     run took: its loader, optimizer, precision, accumulation and, data-parallel, a DDP wrap of the copy
     (:func:`lab.distributed.profiled`: all ranks run the steps, as their all-reduces need; each rank
-    profiles, so none waits on a peer slowed by its profiler). ``torch.compile`` is left out: it applies to the
-    main phase only. Rank 0 keeps the capture and writes the Chrome trace; other ranks return ``None``."""
+    profiles, so none waits on a peer slowed by its profiler). A compiled run's copy is compiled too, its generated
+    kernels named in the trace (:mod:`lab.compute`), so the breakdown is of the compiled step, not of an eager
+    one scaled to its time. Rank 0 keeps the capture and writes the Chrome trace; other ranks return ``None``."""
     train_model = _copy_or_none(model)
     if train_model is None:
         return None
@@ -57,7 +60,7 @@ def capture_training_profile(ctx: TrainContext, model: nn.Module) -> tuple[op_pr
     accum = ctx.cfg.ddp.grad_accum_steps
     with distributed.profiled(ctx, train_model) as profiled_model, cap.running():
         stats = ctx.fit(profiled_model, epochs=math.ceil((n + 1) * accum / max(1, len(loader))), lr=ctx.resolved.lr,
-                        max_steps=n, step_hooks=[cap.hook], phase="profile", loader=loader, probe=True)
+                        max_steps=n, step_hooks=[cap.hook], phase=PROFILE_PHASE, loader=loader, probe=True)
     return (cap, stats) if main else None
 
 
@@ -81,7 +84,10 @@ def profile_run(ctx: TrainContext, captured: tuple[op_profile.StepCapture, FitSt
                                  profiled_step_ms=sum(prof_steps) / max(1, len(prof_steps)))
     rec.update(train=train.to_dict(), trace=str(path) if path is not None and path.exists() else None,
                steps={"warmup": PROFILE_WARMUP_STEPS, "active": len(prof_steps)},
-               world_size=ctx.cfg.ddp.world_size, rank=0)
+               world_size=ctx.cfg.ddp.world_size, rank=0, compiled=bool(ctx.cfg.compute.compile))
+    why = compiled_scatter_why(train.top_ops, train.profiled_step_ms) if ctx.cfg.compute.compile else None
+    if why:
+        result.why.append(why)
     test = ctx.data.test
     k = min(ctx.cfg.eval_batch_size, len(test[0]))
     batch = to_device(tuple(t[:k] for t in test[:-1]), ctx.device)

@@ -278,7 +278,9 @@ def speed_stack(base: RunConfig, storage: str = "network_fs", extras: Sequence[s
     that add ``SPEED_STACK`` one technique at a time, and arms that add one of ``SPEED_EXTRAS`` to the full
     stack. Cumulative arms show what each addition buys on top of the previous ones; the end-to-end training
     time includes compile, the ``auto`` probe and the pruning fine-tune. Techniques the workload cannot run
-    (fast kernels outside ctr) are left out, not failed."""
+    (fast kernels outside ctr) are left out, not failed. The compile arm is profiled after its timed steps
+    (``--profile`` of a compiled step, :mod:`lab.compute`), so its record can say why compile lost (ctr small:
+    Inductor's generated gradient scatters, 0.7x the stack without it)."""
     from lab.workloads import get_workload
 
     if storage not in ("local_ssd", "network_fs", "object_store"):
@@ -290,7 +292,11 @@ def speed_stack(base: RunConfig, storage: str = "network_fs", extras: Sequence[s
     usable = [t for t in SPEED_STACK if t != "fast_kernels" or get_workload(base.workload).fast_kernels]
     arms: list[list[str]] = [usable[:k] for k in range(1, len(usable) + 1)]
     arms += [[*usable, extra] for extra in extras]
-    return from_techniques("speed_stack", naive, arms)
+    ablation = from_techniques("speed_stack", naive, arms)
+    for arm, cfg in ablation.arms.items():
+        if cfg.compute.compile:  # profiled after its timed steps (never in them): its record says why compile lost
+            ablation.arms[arm] = cfg.with_overrides(profile=True)
+    return ablation
 
 
 for _recipe in (stacked, top_stack, speed_stack, mixed_precision, pruning_sweep, quantization, data_loading,

@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from lab.result import RunResult
 
 
+#: The phase of ``--profile``'s captured steps (``lab.profiling.capture_training_profile``): a probe that must take
+#: the run's own step (its accumulation, all-reduces and, compiled, its compiled forward and backward).
+PROFILE_PHASE = "profile"
+
+
 @dataclass
 class FitPlan:
     """What one ``ctx.fit`` call will run. Techniques fill in their part in chain order."""
@@ -230,4 +235,4 @@ def default_chain() -> TechniqueChain:
     return TechniqueChain(FAMILIES.get(n) for n in FAMILY_ORDER)
 
 
-__all__ = ["FitPlan", "Technique", "TechniqueChain", "default_chain"]
+__all__ = ["PROFILE_PHASE", "FitPlan", "Technique", "TechniqueChain", "default_chain"]

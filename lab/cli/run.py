@@ -78,6 +78,16 @@ def main(args: argparse.Namespace) -> int:
             from lab.doctor import format_breakdown
             from lab.measure.profile import Breakdown
 
-            print(format_breakdown(Breakdown.from_dict(prof["train"]), "  profiled training step"))
+            title = "  profiled training step" + (" (compiled)" if prof.get("compiled") else "")
+            print(format_breakdown(Breakdown.from_dict(prof["train"]), title))
+            top = prof["train"].get("top_ops") or []
+            if top:  # a compiled step's costliest entries are Inductor's kernels, named after the ops they fused
+                print("  costliest ops (ms per step, under the profiler): "
+                      + "; ".join(f"{_short(op)} [{cls}] {ms:.2f}" for op, cls, ms in top[:3]))
             print(f"  trace (open in https://ui.perfetto.dev): {prof.get('trace')}")
     return 0 if result.status == "ok" else 1
+
+
+def _short(name: str, width: int = 70) -> str:
+    """An op name cut to ``width`` characters (Inductor's kernel names list every op they fused)."""
+    return name if len(name) <= width else name[:width - 3] + "..."

@@ -31,7 +31,7 @@ from lab.distributed.launch import check_spawn_world_size, detect_launch, finish
 from lab.loop import Loader
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import FitPlan, Technique
+from lab.technique import PROFILE_PHASE, FitPlan, Technique
 
 __all__ = [*ddp.__all__, *launch.__all__, "DataParallel", "PROFILE_PHASE", "TECHNIQUE", "profiled"]
 
@@ -40,9 +40,6 @@ def _distributed(ctx: TrainContext) -> bool:
     return ctx.ddp is not None and ctx.ddp.info.distributed
 
 
-#: The phase of ``--profile``'s captured steps (``lab.profiling.capture_training_profile``): a probe that must take
-#: the run's own step, accumulation and all-reduces included.
-PROFILE_PHASE = "profile"
 
 
 @contextlib.contextmanager

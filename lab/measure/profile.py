@@ -64,6 +64,10 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("elementwise", r"."),  # any remaining aten op: add, mul, relu, gelu, copy_, to, cat, fill_, where, ...
 )
 _COMPILED = tuple((cls, re.compile(rx)) for cls, rx in _RULES)
+#: torch.compile's own ranges around a compiled graph. Its generated kernels, named after the ops they fused
+#: when Inductor records them (``graph_0_cpp_fused_..._index_add_...``; :mod:`lab.compute`), are classified by
+#: those names like any op; these wrappers' self time is framework overhead.
+COMPILE_WRAPPERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction")
 
 
 def normalise_op(name: str) -> str:
@@ -86,6 +90,8 @@ def classify_op(name: str) -> str:
         return "overhead"
     if name.startswith("DistributedDataParallel.forward"):
         return "overhead"  # its self time is the Python of the wrapped forward, as in an unwrapped step
+    if name.startswith(COMPILE_WRAPPERS) or "CompiledFunction" in name:
+        return "overhead"  # torch.compile's guards and autograd wrappers; their generated kernels are children
     n = normalise_op(name)
     if n.startswith("quantized::"):
         return "matmul"
@@ -362,5 +368,6 @@ def profile_calls(fn: Callable[[], Any], *, calls: int, warmup: int = 2) -> tupl
     return events_from_profiler(prof.events()), wall_ms
 
 
-__all__ = ["AnnotatedLoader", "Breakdown", "DATA_WAIT_RANGE", "OP_CLASSES", "OpEvent", "StepCapture", "TINY_OP_US",
-           "breakdown", "classify_op", "comm_overlap_us", "events_from_profiler", "normalise_op", "profile_calls"]
+__all__ = ["AnnotatedLoader", "Breakdown", "COMPILE_WRAPPERS", "DATA_WAIT_RANGE", "OP_CLASSES", "OpEvent",
+           "StepCapture", "TINY_OP_US", "breakdown", "classify_op", "comm_overlap_us", "events_from_profiler",
+           "normalise_op", "profile_calls"]

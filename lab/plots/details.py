@@ -184,7 +184,8 @@ def technique_notes(result: RunResult, arm: ArmRecord | None = None) -> list[str
     prof = d.get("profile") or {}
     if prof.get("train") or prof.get("note"):
         steps = (prof.get("steps") or {}).get("active", "?")
-        notes.append(f"Profiled: {steps} training step(s) after the timed ones (not in any timing)"
+        notes.append(f"Profiled: {steps} {'compiled ' if prof.get('compiled') else ''}training step(s) after the "
+                     "timed ones (not in any timing)"
                      + (f"; Chrome trace `{prof['trace']}` (open it in ui.perfetto.dev)" if prof.get("trace") else "")
                      + (f"; {prof['note']}" if prof.get("note") else ""))
     if result.data_wait_fraction:

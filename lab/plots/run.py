@@ -69,7 +69,7 @@ def _op_classes(result: RunResult) -> go.Figure | None:
     """``--profile`` (or the dashboard's profile toggle): where a profiled step goes by op class, the doctor's
     bar (:func:`lab.plots.doctor.op_class_bars`), training step and inference call one bar each."""
     prof = result.details.get("profile") or {}
-    bars = {"training step": prof.get("train")}
+    bars = {"training step (compiled)" if prof.get("compiled") else "training step": prof.get("train")}
     if prof.get("inference"):
         bars[f"inference (batch {prof['inference'].get('batch', '?')})"] = prof["inference"]
     bars = {k: v for k, v in bars.items() if isinstance(v, dict) and v.get("ms")}

@@ -114,6 +114,7 @@ def test_speed_stack_recipe_arms():
     assert full.data.loader == "thread" and full.data.storage == "network_fs"  # same storage, better loader
     assert full.compute.fused_optimizer and full.compute.fast_kernels and not full.compute.compile
     assert ab.arms[f"{stack}+compile"].compute.compile
+    assert ab.arms[f"{stack}+compile"].profile and not full.profile  # only the compile arm says why, profiled
     seq = speed_stack(RunConfig(workload="sequence", size="tiny"))
     assert all("fast_kernels" not in arm for arm in seq.arms)  # left out where the workload has none
     with pytest.raises(ValueError, match="storage='none' is invalid"):

@@ -43,6 +43,12 @@ from lab.workloads import SizeSpec, Workload, register_workload
     ("Optimizer.step#Adam.step", "optimizer"),
     ("aten::view", "overhead"), ("aten::t", "overhead"), ("aten::empty", "overhead"),
     ("c10d::allreduce_", "comm"),
+    # torch.compile: its wrappers are overhead, Inductor's kernels go by the ops they fused
+    ("Torch-Compiled Region: 0/0", "overhead"), ("TorchDynamo Cache Lookup", "overhead"),
+    ("CompiledFunction", "overhead"), ("autograd::engine::evaluate_function: CompiledFunctionBackward", "overhead"),
+    ("## Call CompiledFxGraph f4bbqyqc76sttquznhduepapuuyj", "overhead"),
+    ("graph_0_cpp_fused__unsafe_view_add_clone_index_add_new_zeros_slice_2", "embedding"),
+    ("graph_0_cpp_fused_relu_threshold_backward_1", "elementwise"),
 ])
 def test_known_ops_are_classified(name, cls):
     assert classify_op(name) == cls
