@@ -177,14 +177,27 @@ def _clean_tag(tag: str) -> str:
     return tag
 
 
+#: A number inside a tag (``14%``, ``8.95 ms``, ``x1.11``): tags that differ only in these are one tag.
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
 def _why(text: Any) -> tuple[str, ...]:
-    """The tags said once each, numbers stated elsewhere removed, with the count of runs that said them."""
+    """The tags said once each, numbers stated elsewhere removed, with the count of runs that said them. Tags
+    that differ only in their numbers (each seed's "data-bound: 14% of the step ...") are one tag: the first
+    run's words, and the count says its figures are that run's."""
+    first: dict[str, str] = {}
     counts: dict[str, int] = {}
+    varied: set[str] = set()
     for tag in (t.strip() for t in (text if isinstance(text, str) else "").split(";")):
         if tag:
-            key = _clean_tag(tag)
+            said = _clean_tag(tag)
+            key = _NUMBER.sub("#", said)
+            if key in first and first[key] != said:
+                varied.add(key)
+            first.setdefault(key, said)
             counts[key] = counts.get(key, 0) + 1
-    return tuple(k + (f" (in {n} runs)" if n > 1 else "") for k, n in counts.items())
+    return tuple(first[k] + (f" (in {n} runs{'; figures from the first' if k in varied else ''})" if n > 1 else "")
+                 for k, n in counts.items())
 
 
 def _pooled_paired(runs: Sequence[RunResult], key: str) -> tuple[Ratio | None, str]:

@@ -116,7 +116,8 @@ def compiled_scatter_why(top_ops: Sequence[tuple[str, str, float]], profiled_ste
     """The reason a compiled training step can be slower than eager, read from its profile (``Breakdown.top_ops``:
     op name, class, ms per profiled step): Inductor lowers a gather's gradient (``index_select`` / embedding ->
     ``index_add``) on CPU to a generated zero fill plus an atomic-add scatter, several times slower than ATen's
-    ``index_add_`` (ctr small: 5.9 ms against 1.3 ms per step). ``None`` below :data:`SCATTER_WHY_SHARE`."""
+    ``index_add_`` (ctr small: 5.9 ms against 1.3 ms per step). ``None`` below :data:`SCATTER_WHY_SHARE`. One
+    sentence without ``;``: an ablation's row joins its runs' tags with ``;``."""
     if not profiled_step_ms or profiled_step_ms <= 0:
         return None
     ms = sum(t for op, _, t in top_ops if _SCATTER_KERNEL.search(op))
@@ -124,8 +125,8 @@ def compiled_scatter_why(top_ops: Sequence[tuple[str, str, float]], profiled_ste
     if share < SCATTER_WHY_SHARE:
         return None
     return (f"compiled step: Inductor's generated gradient scatters (index_add of a gather's gradient, atomic adds on "
-            f"CPU) take {ms:.2f} ms, {share:.0%} of the profiled step; eager's ATen index_add_ is several times "
-            "faster (ctr small: 1.3 ms against 5.9 ms), so compile can lose on embedding-heavy models")
+            f"CPU) take {ms:.2f} ms, {share:.0%} of the profiled step, where eager's ATen index_add_ is several "
+            "times faster (ctr small: 1.3 ms against 5.9 ms): compile can lose on embedding-heavy models")
 
 
 #: Said on a compiled run of a model with active dropout: Inductor draws its own dropout masks, so the run

@@ -125,6 +125,13 @@ def test_the_humanised_table_reads_as_sentences():
     # said once, not once per run; a run's own figure in brackets is left to the record (one number per figure)
     assert why_lines(df) == ["**fast**: int8 slower at batch_1 (in 2 runs); layers kept in float (not swapped to "
                              "int8): `wide`"]
+    # each seed's own figures in the same words (5 seeds, 5 data-bound shares): one tag, the first run's numbers
+    df.loc[1, "why"] = "; ".join(f"data-bound: {p}% of the step waits for data (ideal step {m} ms)"
+                                 for p, m in ((14, 8.95), (12, 9.09), (14, 8.9)))
+    assert why_lines(df) == ["**fast**: data-bound: 14% of the step waits for data (ideal step 8.95 ms) (in 3 runs; "
+                             "figures from the first)"]
+    df.loc[1, "why"] = "data-bound: 14% of the step; pruned 50% of the channels"  # other words: two tags
+    assert why_lines(df) == ["**fast**: data-bound: 14% of the step; pruned 50% of the channels"]
 
 
 def test_technique_figures_show_only_what_applies():
