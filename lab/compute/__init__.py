@@ -67,7 +67,7 @@ class Compute(Technique):
         named in the trace (:data:`PROFILE_KERNEL_OPTIONS`), so the breakdown is the compiled step's."""
         plan.fused_optimizer = ctx.cfg.compute.fused_optimizer
         if ctx.cfg.compute.compile and plan.phase == PROFILE_PHASE:
-            import torch._dynamo  # noqa: F401 - here, not at import (see below)
+            import torch._dynamo  # noqa: F401 - binds torch; here, not at import (a cold `import lab` stays fast)
 
             # no dynamo reset: the timed run is over, and a reset would drop other compiled graphs of this
             # process (a frozen int8 model's) for nothing; the profiled copy is a new module, compiled anew

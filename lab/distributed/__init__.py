@@ -40,8 +40,6 @@ def _distributed(ctx: TrainContext) -> bool:
     return ctx.ddp is not None and ctx.ddp.info.distributed
 
 
-
-
 @contextlib.contextmanager
 def profiled(ctx: TrainContext, model: nn.Module) -> Iterator[nn.Module]:
     """The model ``--profile`` trains: ``model`` itself in a single process; data-parallel, a fresh DDP wrap of it

@@ -90,7 +90,7 @@ def classify_op(name: str) -> str:
         return "overhead"
     if name.startswith("DistributedDataParallel.forward"):
         return "overhead"  # its self time is the Python of the wrapped forward, as in an unwrapped step
-    if name.startswith(COMPILE_WRAPPERS) or "CompiledFunction" in name:
+    if name.startswith(COMPILE_WRAPPERS) or "CompiledFunction" in name:  # "in": autograd's node names prefix it
         return "overhead"  # torch.compile's guards and autograd wrappers; their generated kernels are children
     n = normalise_op(name)
     if n.startswith("quantized::"):
