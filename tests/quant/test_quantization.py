@@ -205,6 +205,10 @@ def test_run_records_int8_figures_engine_and_isa(method):
 
 def test_narrow_embeddings_stay_float_on_purpose_and_wide_ones_are_int8():
     wl = get_workload("ctr")
+    # A seeded init: the relative error of an untrained model's logits depends on the draw (0.005-0.12 over
+    # seeds 0-11 on a Zen 5), and unseeded it followed whatever the randomly ordered tests before it drew: CI
+    # once read 0.1612 against the bound's 0.1606.
+    torch.manual_seed(0)
     model = wl.make_model(wl.sizes["tiny"]).eval()
     data = wl.make_data(wl.sizes["tiny"], 0)
     x = tuple(t[:64] for t in data.test[:-1])
