@@ -1,4 +1,4 @@
-"""Dashboard page "Machine": this machine's card (issue 25) — hardware id, ISA as the kernels see it, caches,
+"""Dashboard page "Machine": this machine's card — hardware id, ISA as the kernels see it, caches,
 and the measured peaks (GEMM per dtype at 1 thread and all cores, triad bandwidth, one small op), with what
 they allow bf16 / fp16 / int8 here.
 

@@ -1,4 +1,4 @@
-"""Dashboard page "Full run": a stored ablation's arms projected to the user's own run (issue 29), epochs over
+"""Dashboard page "Full run": a stored ablation's arms projected to the user's own run, epochs over
 rows: per arm the full run with its interval, its parts as stacked bars (training steps, evaluations, one-off
 costs: compile's warm-up, probe, fine-tunes, export), and its peak memory; the headline said the seeds' way.
 

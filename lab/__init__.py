@@ -6,11 +6,14 @@ Public API (re-exports only)::
     result = run(RunConfig(workload="ctr", size="tiny"))
     print(result.summary())
 
-The layers, top to bottom (checked by import-linter, ``make quality``): ``cli`` -> ``plots`` -> ``bench`` /
-``recipes`` -> ``ablation`` -> ``train`` -> the technique packages ``data``, ``compute``, ``precision``,
-``pruning``, ``quant``, ``distributed`` (independent of each other) -> ``context`` -> ``loop`` -> ``store`` ->
-``result`` -> ``config`` -> ``registry`` / ``workloads`` -> ``measure``. Start with notebooks/00_tour.ipynb;
-``python -m lab --help`` for the command line.
+The layers, top to bottom, as import-linter checks them (``make quality``; the contracts are in pyproject.toml):
+``cli`` -> ``plots`` -> ``doctor`` -> ``bench`` / ``recipes`` / ``crossover`` -> ``ablation`` -> ``train`` ->
+``profiling`` -> the technique packages ``compute``, ``data``, ``distributed``, ``precision``, ``pruning``,
+``quant`` -> ``context`` -> ``technique`` -> ``loop`` -> ``store`` -> ``result`` -> ``config`` -> ``workloads`` ->
+``registry`` -> ``measure``. A module imports only from its own layer or below; the modules of one layer
+(``/``, and the technique packages) do not import each other, and no package's modules import in a circle.
+``teach`` (the notebooks' helpers) is outside the layers and unchecked, as is ``dashboard`` outside the package.
+Start with notebooks/00_tour.ipynb; ``python -m lab --help`` for the command line.
 """
 
 # Each technique package registers its lab.technique.Technique in lab.registry.FAMILIES when imported.

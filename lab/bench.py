@@ -70,7 +70,7 @@ ANCHORS: dict[str, Anchor] = {
                      "Holistic Trace Analysis docs; NVIDIA DLProf docs"),
     "crossover": Anchor("the same techniques in plain PyTorch on this CPU, growing an MLP from 10 k to 4.7 M "
                         "parameters: bf16 train step 0.53x -> 2.16x, dynamic int8 inference 0.50x -> 3.33x",
-                        "issue 15's plain-PyTorch table (1 thread, interleaved medians)"),
+                        "the project's plain-PyTorch MLP table (1 thread, interleaved medians)"),
     "stacked": Anchor("the seeds' stacked recipes: 24 h -> 16 h (-33 %) and -41.67 % training time, "
                       "i.e. 1.5x and 1.71x", "the project's seed answers"),
 }

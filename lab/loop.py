@@ -122,7 +122,7 @@ class FitStats:
     step_times_ms: dict[str, list[float]]
     peak_memory_mb: float
     memory_kind: str
-    #: Issue 29: one point per evaluation during training, ``{"step", "train_s", "metric", "eval_s"}``, where
+    #: One point per evaluation during training, ``{"step", "train_s", "metric", "eval_s"}``, where
     #: ``train_s`` is the training time so far with evaluations and checkpoint writes taken out.
     evals: list[dict[str, float]] = field(default_factory=list)
     eval_s: float = 0.0  # time spent in those evaluations (not in ``time_s``, not in any step)

@@ -1,4 +1,4 @@
-"""What fits in a memory budget (issue 29): the largest batch whose measured peak is under it, found by trying.
+"""What fits in a memory budget: the largest batch whose measured peak is under it, found by trying.
 
 "Does my model train on an 8 GB GPU, and at which batch" is answered by real batches, not a formula: each try is
 a short run (``max_steps`` steps, no latency, no evaluation) in a fresh process, so one try's allocations never

@@ -1,4 +1,4 @@
-"""A full run, projected from a short measured one (issue 29): ``python -m lab project``.
+"""A full run, projected from a short measured one: ``python -m lab project``.
 
 A user's question is "how long is *my* run": E epochs over N rows. From a measured run the projection takes
 

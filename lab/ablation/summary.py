@@ -22,7 +22,7 @@ Definitions (one row per arm):
 - ``baseline_learned``: False when the baseline's runs carry the "did not learn" tag: every accuracy delta
   of that table is then meaningless.
 - the A/A arm (``aa``): the baseline config again; its interval is the noise floor and must contain 1.
-- ``ttt_speedup`` (issue 29, :mod:`lab.ablation.target`): the time-to-target ratio with its CI, ``ttt_reached``
+- ``ttt_speedup`` (:mod:`lab.ablation.target`): the time-to-target ratio with its CI, ``ttt_reached``
   saying when an arm's runs never got there; ``one_off_s`` / ``end_to_end_s``: the one-off costs and the time
   to a trained model (training + evaluations + one-off costs outside the loop), medians over the runs.
 """

@@ -1,4 +1,4 @@
-"""Time to target per arm (issue 29): how long each arm's runs took to reach one quality, as a ratio with a CI.
+"""Time to target per arm: how long each arm's runs took to reach one quality, as a ratio with a CI.
 
 The target is ``target_metric`` of the baseline's config when it names one (``lab ablate --target-metric X``),
 else the baseline's final metric (median over its runs) minus the accuracy budget (points for a higher-is-better

@@ -1,4 +1,4 @@
-"""The machine card: what this CPU can do, measured once and cached (issue 25; ``python -m lab machine``).
+"""The machine card: what this CPU can do, measured once and cached (``python -m lab machine``).
 
 "bf16 is 2x faster" is a property of a machine, not of bf16. The card holds the hardware id, the ISA as the
 kernels see it (:func:`lab.measure.cpu.cpu_capabilities`), cores, caches and *measured* peaks: GEMM GFLOP/s in

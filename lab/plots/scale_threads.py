@@ -1,4 +1,4 @@
-"""Threads on the crossover map as figures (issue 15, item 5): pure functions of a threads study's JSON
+"""Threads on the crossover map as figures: pure functions of a threads study's JSON
 (:mod:`lab.crossover.threads_study`), shown in the dashboard page "Where does it pay?" (section "Threads").
 
 Three views: how much all cores buy the fp32 step per rung (near 1x where the step is dispatch-bound), each

@@ -18,7 +18,7 @@ the candidate with the highest speedup among the native ones whose CI lower boun
 (1.02), measured on at least :data:`MIN_ROUNDS` rounds, else fp32. Why paired: the old rule compared the two
 arms' medians with independent resampling, so a box whose load moved 2x between rounds made a 1.3-1.5x bf16
 gain read "CI reaches below 1" at the top rung of every ladder and ``auto`` kept fp32; a ratio taken within a
-round cancels that drift (issue 30).
+round cancels that drift.
 
 The probe's cost counts (``never more than 5 % slower than fp32``): it may spend at most
 :data:`AUTO_PROBE_SHARE` of the run's own steps (:func:`probe_plan`); a run too short to afford

@@ -3,7 +3,7 @@
 Why: the copy probe (:func:`lab.precision.auto.measure_arms`) trains a copy of the model, so every probe step is
 paid on top of the run; it may therefore spend only 3 % of the run, which no run under ~470 steps affords, and
 ``auto`` kept fp32 on every run the benchmarks make (60-300 steps) while bf16 trained ctr and sequence 1.3x faster
-on an AMD EPYC with native bf16 (issue 30). Here the probe steps are the run's own training steps on its own model,
+on an AMD EPYC with native bf16. Here the probe steps are the run's own training steps on its own model,
 batches, optimizer and loader: fp32 and each native candidate take turns, in rounds (order reversed every other
 round), each step timed from the first forward to the end of the optimizer step (the data wait is left out:
 precision does not change it); the rule is :func:`lab.precision.auto.decide_auto`'s, on the same paired rounds.

@@ -28,7 +28,7 @@ from lab.quant.swap import is_conv1d
 #: an int8 kernel can gain on the MACs it runs.
 INT8_MAC_GAIN = 4.0
 #: Below this share of the model's MACs in int8 layers, a compiled int8 model's gain over fp32 eager is not
-#: int8's: it is said to be compilation's (issue 27: HF ResNet's dynamic int8 read 2.30x with 0 % int8 MACs).
+#: int8's: it is said to be compilation's (HF ResNet's dynamic int8 once read 2.30x with 0 % int8 MACs).
 MIN_INT8_MAC_SHARE = 0.2
 
 

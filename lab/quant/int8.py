@@ -102,7 +102,7 @@ def check_supported(cfg: RunConfig) -> None:
     qc = cfg.quant
     if qc.enabled and resolve_device(cfg.device).type != "cpu":
         raise ValueError(f"quant.method={qc.method!r} is invalid with device={cfg.device!r}: torch.ao int8 kernels "
-                         "run on CPU only; use device='cpu' (a torchao GPU weight-only path is a later issue)")
+                         "run on CPU only; use device='cpu' (there is no GPU int8 path yet)")
     if qc.enabled and cfg.precision.dtype != "fp32":
         raise ValueError(f"quant.method={qc.method!r} is invalid with precision.dtype={cfg.precision.dtype!r}: "
                          "int8 calibrates and converts an fp32 model (fp16/bf16 autocast would feed the int8 "

@@ -341,7 +341,7 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
         lines.append(f"  resumed from {ck['resumed_from']} at step {ck.get('start_step')}")
     if ck.get("saved"):
         lines.append(f"  {ck['saved']} checkpoint(s) in {ck['folder']}: continue with --resume {result.run_id[:8]}")
-    lines.extend(format_timeline(result))  # one-off costs as their own phase, time to target (issue 29)
+    lines.extend(format_timeline(result))  # one-off costs as their own phase, time to target
     int8 = f" ({result.int8_macs_per_sample:,} int8)" if result.int8_macs_per_sample else ""
     lines.append(f"  params {result.param_count:,} (non-zero {result.nonzero_params:,})   size "
                  f"{result.model_bytes / 1e6:.3f} MB   MACs/sample {result.macs_per_sample:,}{int8}   peak memory "

@@ -1,4 +1,4 @@
-"""A run as a user pays for it (issue 29): one-off costs as their own phase, and the time to a target quality.
+"""A run as a user pays for it: one-off costs as their own phase, and the time to a target quality.
 
 The per-step ratio is what the lab measures best; the user's question is end to end. So every record carries
 ``details["one_off_s"]``: what the run paid once, whatever its length, read from where each family measures it:

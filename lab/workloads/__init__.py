@@ -5,7 +5,7 @@ ordered events), ``vision`` (ResNet on real MNIST digits), ``transformer`` (an e
 streams) and ``mlp`` (a plain MLP on teacher-labelled rows: the crossover map's dense reference) through
 ``register_workload``, the same door a user's own workload goes through, from Python, from a spec
 (``module:NAME`` / ``file.py:NAME``, see :mod:`.spec`), from ``LAB_WORKLOADS`` or from a ``lab.workloads``
-entry point. Each built-in has a model-size ladder (``Workload.scales``, issue 15).
+entry point. Each built-in has a model-size ladder (``Workload.scales``).
 Notebooks: ``notebooks/00_tour.ipynb``, ``notebooks/07_scale.ipynb``; docs/workloads.md "Bring your own workload".
 """
 

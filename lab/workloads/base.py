@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 from lab.registry import WORKLOADS
 
 REQUIRED_SIZES: tuple[str, ...] = ("tiny", "small", "full")
-#: The model-size rungs a ladder may name (issue 15), smallest first; ``RunConfig.model_scale`` picks one.
+#: The model-size rungs a ladder may name, smallest first; ``RunConfig.model_scale`` picks one.
 SCALE_NAMES: tuple[str, ...] = ("xs", "s", "m", "l", "xl")
 
 

@@ -3,7 +3,7 @@
 Why it is here: the other built-ins mix their dense layers with embeddings (ctr), recurrences (sequence),
 convolutions (vision) or attention (transformer), so none of them shows what a technique does to *pure*
 matrix multiplication, the part of most user models that bf16 (AMX), int8 and channel pruning speed up. This
-ladder is the shape that issue 15's plain-PyTorch table used (256 -> w -> w -> 10, batch 128; w from 32 to
+ladder is the shape that the project's plain-PyTorch table used (256 -> w -> w -> 10, batch 128; w from 32 to
 2560), so the lab's own figures can be checked against plain PyTorch at the same size
 (:mod:`lab.crossover.reference`). The task: ten classes given by the arg-max of a fixed random teacher
 network (tanh, 64 hidden) applied to Gaussian features, so a linear model cannot solve it and an MLP can.
@@ -76,7 +76,7 @@ SIZES = {
                      model={"width": 1024, "depth": 3}),
 }
 
-#: Model-size ladder (issue 15): the hidden width of 256 -> w -> w -> 10 (issue 15's table at 32, 128, 512,
+#: Model-size ladder: the hidden width of 256 -> w -> w -> 10 (the plain-PyTorch table's widths 32, 128, 512,
 #: 1024), ~10 k -> ~7.2 M parameters on the same rows. xl is speed-only: it would not converge on 2 cores.
 SCALES = ladder(xs={"width": 32}, s={"width": 128}, m={"width": 512}, l={"width": 1024}, xl={"width": 2560})
 

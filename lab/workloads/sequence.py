@@ -103,7 +103,7 @@ SIZES = {
                      model={"hidden": 256, "num_layers": 2}),
 }
 
-#: Model-size ladder (issue 15): LSTM hidden size, then a second layer; ~3.6 k -> ~7.4 M parameters on the
+#: Model-size ladder: LSTM hidden size, then a second layer; ~3.6 k -> ~7.4 M parameters on the
 #: same 10 x 100 sequences.
 SCALES = ladder(xs={"hidden": 8, "num_layers": 1}, s={"hidden": 32, "num_layers": 1},
                 m={"hidden": 128, "num_layers": 1}, l={"hidden": 384, "num_layers": 1},

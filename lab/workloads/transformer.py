@@ -1,7 +1,7 @@
 """Transformer workload: a Transformer encoder classifies the order of two planted tokens in a token stream.
 
-Why it is here: most users train Transformers, and a crossover map without one would say little about them
-(issue 15). The task is the token counterpart of the ``sequence`` workload: each stream of ``seq_len``
+Why it is here: most users train Transformers, and a crossover map without one would say little about them.
+The task is the token counterpart of the ``sequence`` workload: each stream of ``seq_len``
 random tokens carries two event tokens (A or B) at random positions t1 < t2 and a distractor token at a
 third; the class is the ordered pair (A then B, B then A, A then A, B then B). Classes 0 and 1 hold the
 same bag of tokens, so a model that ignores positions tops out at 75 %; chance is 25 %. Generated, so any
@@ -90,7 +90,7 @@ SIZES = {
                      model={"d_model": 256, "num_layers": 6, "heads": 8}),
 }
 
-#: Model-size ladder (issue 15): width, then depth; ~5 k -> ~9.5 M parameters on the same token streams.
+#: Model-size ladder: width, then depth; ~5 k -> ~9.5 M parameters on the same token streams.
 SCALES = ladder(xs={"d_model": 16, "num_layers": 1, "heads": 2}, s={"d_model": 64, "num_layers": 2, "heads": 4},
                 m={"d_model": 128, "num_layers": 4, "heads": 4}, l={"d_model": 256, "num_layers": 4, "heads": 8},
                 xl={"d_model": 512, "num_layers": 3, "heads": 8})

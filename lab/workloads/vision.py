@@ -167,7 +167,7 @@ SIZES = {
                      model={"arch": "resnet50"}, data={"image_size": 28}),
 }
 
-#: Model-size ladder (issue 15) on the same 28x28 digits: ResNet widths and BasicBlock depth up to a
+#: Model-size ladder on the same 28x28 digits: ResNet widths and BasicBlock depth up to a
 #: ResNet-18 body (11 M parameters, ~0.5 GMACs per sample with the full-resolution stem); ``s`` is the
 #: ``small`` model.
 SCALES = ladder(

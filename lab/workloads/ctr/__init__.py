@@ -99,7 +99,7 @@ SIZES = {
                      data={"max_vocab": 1_000_000}),
 }
 
-#: Model-size ladder (issue 15) on the ``small`` click log: embedding width and both MLPs grow together,
+#: Model-size ladder on the ``small`` click log: embedding width and both MLPs grow together,
 #: ~80 k -> ~10 M parameters (the 37 k-row vocabulary makes the embeddings most of the parameters, the MLPs
 #: most of the MACs). ``m`` is the ``small`` model's width class with a wider top MLP.
 SCALES = ladder(xs={"embed_dim": 1, "bottom": (8,), "top": (16,)}, s={"embed_dim": 4, "bottom": (32,), "top": (64,)},
