@@ -16,7 +16,8 @@ import streamlit as st
 
 from lab.ablation import jobs
 from lab.config import SIZES
-from lab.recipes import RECIPES, TECHNIQUES
+from lab.recipes import RECIPES
+from lab.registry import OPTIONS
 
 SPEEDS = {"train_speedup": "training (end-to-end)", "step_speedup": "training step",
           "infer_speedup": "inference (batch 256)"}
@@ -81,8 +82,8 @@ def draw() -> Choices:
             as_factorial = False
         else:
             recipe = "custom"
-            techniques = st.multiselect("Techniques", list(TECHNIQUES), default=["bf16"], key="techniques",
-                                        help="; ".join(f"{t.name}: {t.description}" for t in TECHNIQUES.values()))
+            techniques = st.multiselect("Techniques", list(OPTIONS), default=["bf16"], key="techniques",
+                                        help="; ".join(f"{t.name}: {t.description}" for t in OPTIONS.values()))
             as_factorial = st.checkbox("Factorial (every subset: shows interactions)", key="factorial")
     with options_box:
         st.subheader("Design")

@@ -19,7 +19,7 @@ from lab.ablation import interaction_effects, load_ablation, pareto_front, summa
 from lab.ablation.project import measured_arms, seeds_way
 from lab.ablation.record import AblationRecord, build_record
 from lab.ablation.runner import from_spec
-from lab.crossover.versus import ARM_TO_TECHNIQUE, AXIS_COLUMN
+from lab.crossover.versus import AXIS_COLUMN
 from lab.doctor.rates import crossover_path
 from lab.measure import environment_stamp
 from lab.plots import (
@@ -74,7 +74,7 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
     st.markdown(whose_line(record))
     said = record.verdict(budget_pt, speed=speed)
     (st.success if said["winner"] else st.warning)(f"Verdict on {speed_name}: {said['text']}")
-    e2e = seeds_way(df, measured_arms(runs_by_arm or {}), said["winner"])  # issue 29: the user's unit first
+    e2e = seeds_way(df, measured_arms(runs_by_arm or {}), said["winner"])  # the user's unit (a whole run) first
     if e2e:
         st.markdown(f"**End to end** (training + evaluations + one-off costs, measured): {e2e}")
     st.caption("An arm competes only on the axes its techniques can change (post-training int8 and pruning: "
@@ -194,7 +194,7 @@ def _versus_rows(path_note: str, rows: list[dict[str, Any]], workload: str, size
 
 
 def show_versus(df, runs_by_arm: dict | None, key: str = "versus") -> None:
-    """Issue 15 item 3: the map's predicted speedup per arm and axis (at the ablation's model size) against the
+    """The map's predicted speedup per arm and axis (at the ablation's model size) against the
     measured one with its CI; one line instead when there is no map, no ladder or no arm the map knows."""
     st.subheader("Predicted by the map vs measured")
     base = next(iter((runs_by_arm or {}).get("baseline") or []), None)
@@ -220,8 +220,8 @@ def show_versus(df, runs_by_arm: dict | None, key: str = "versus") -> None:
     competes = {a: str(x).split(",") for a, x in zip(df["arm"], df.get("axes", [""] * len(df)), strict=True)}
     found = [r for r in found if r["axis"] in competes.get(r["arm"], [])]
     if not found:
-        known = ", ".join(sorted(ARM_TO_TECHNIQUE))
-        st.info(f"No arm of this ablation has a counterpart on the map (single-technique arms it knows: {known}).")
+        known = ", ".join(sorted({r["technique"] for r in the_map.get("rows") or []}))
+        st.info(f"No arm of this ablation has a row of the same name on the map (the techniques it times: {known}).")
         return
     st.caption(f"Map {where}, read at this workload's model size (size `{cfg.get('size')}`"
                + (f", scale `{cfg['model_scale']}`" if cfg.get("model_scale") else "") + "). Agrees: the "

@@ -17,7 +17,7 @@ from lab import RunConfig
 from lab.config import SIZES
 from lab.doctor import diagnose, format_verification, verify
 from lab.plots.doctor import op_class_bars, predicted_vs_measured, prescription_bars
-from lab.recipes import TECHNIQUES
+from lab.registry import OPTIONS
 
 TITLE = "Doctor"
 
@@ -42,7 +42,7 @@ def render() -> None:
     workload = cols[0].selectbox("workload", _shared.workload_names(), key="doctor_workload")
     size = cols[1].selectbox("size", SIZES, index=0, key="doctor_size")
     threads = cols[2].number_input("threads", min_value=1, max_value=64, value=1, key="doctor_threads")
-    techs = st.multiselect("techniques", list(TECHNIQUES), default=list(TECHNIQUES), key="doctor_techniques")
+    techs = st.multiselect("techniques", list(OPTIONS), default=list(OPTIONS), key="doctor_techniques")
     if st.button("Profile and predict", key="doctor_run", disabled=not techs):
         try:
             cfg = RunConfig(workload=workload, size=size, threads=int(threads))

@@ -1,5 +1,5 @@
 """Dashboard page "Where does it pay?": each technique's speedup against model size on this machine, and where
-your model sits on that map (issue 15).
+your model sits on that map.
 
 Reads the committed map ``benchmarks/results/<hardware-id>/crossover.json`` (``LAB_CROSSOVER_JSON`` overrides;
 the first ``benchmarks/results/*/crossover.json`` when this machine has none), or measures a small map on
@@ -13,7 +13,6 @@ tabs by the lead: ``from page_scale import TITLE, render``.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import _shared
 import streamlit as st
 
-from lab.crossover import build_map, check_schema, load_study, place, place_workload
+from lab.crossover import build_map, load_map, load_study, place, place_workload
 from lab.crossover.versus import applies
 from lab.measure import environment_stamp, other_machine_note
 from lab.plots.scale import crossover_figure, reference_figure, regime_figure
@@ -60,13 +59,11 @@ def _load_study(path: str, mtime: float) -> dict[str, Any]:
 
 @st.cache_data(show_spinner=False)
 def _load(path: str, mtime: float) -> dict[str, Any]:
-    the_map = json.loads(Path(path).read_text())
-    check_schema(the_map)
-    return the_map
+    return load_map(path)
 
 
 def _small_map() -> dict[str, Any]:
-    return build_map(["sequence", "transformer"], ["bf16", "dynamic_int8"], repeats=3,
+    return build_map(["sequence", "transformer"], ["bf16", "int8_eager"], repeats=3,
                      rungs={"sequence": ["xs", "s", "m"], "transformer": ["xs", "s", "m"]},
                      batch_size={"sequence": 32, "transformer": 16})
 

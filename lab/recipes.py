@@ -1,11 +1,13 @@
-"""Technique registry and named ablation recipes (taught in ``notebooks/06_ablations``).
+"""Named ablation recipes over the families' option strings (taught in ``notebooks/06_ablations``).
 
-A *technique* is one user-facing option string (Accelerate-style) mapped to ``RunConfig`` overrides, e.g.
-``"bf16" -> {"precision.dtype": "bf16"}``. A *recipe* is a plain function ``base RunConfig -> Ablation``.
-Both live in registries that the dashboard and the CLI read for their choices, so a technique that lands
-later (a new loader, DDP) is one ``register_technique`` call or one recipe function, never an app change.
+An *option* is one user-facing string (Accelerate-style) mapped to ``RunConfig`` overrides, e.g.
+``"bf16" -> {"precision.dtype": "bf16"}``; each family registers its own (``lab/<family>/options.py``,
+:class:`lab.technique.Option`) in :data:`lab.registry.OPTIONS`, the one table the dashboard, the CLI, the
+crossover map and the doctor read. A *recipe* is a plain function ``base RunConfig -> Ablation``, registered in
+:data:`lab.registry.RECIPES`, so a technique that lands later is one ``register_option`` call in its family, never
+an app change.
 
-Techniques that set the same config key to different values cannot be stacked (``combine`` raises), so a
+Options that set the same config key to different values cannot be stacked (``combine`` raises), so a
 factorial over, say, ``bf16`` and ``fp16`` is refused instead of silently keeping one of them.
 """
 
@@ -13,97 +15,23 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from lab.ablation import AXES, Ablation
 from lab.config import RunConfig
-from lab.registry import RECIPES, TECHNIQUES
+from lab.pruning.options import masks
+from lab.registry import OPTIONS, RECIPES
+from lab.technique import Option, register_option
 
 
-@dataclass(frozen=True)
-class Technique:
-    """One option string: the config overrides it means, its family and a one-line explanation."""
-
-    name: str
-    overrides: dict[str, Any]
-    family: str
-    description: str = ""
-    tags: tuple[str, ...] = field(default_factory=tuple)  # e.g. ("cpu_only",) shown in the UI
-    #: What the technique can change (:data:`lab.ablation.AXES`); an arm competes only on its techniques' axes.
-    axes: tuple[str, ...] = AXES
-
-    def __post_init__(self) -> None:
-        bad = [a for a in self.axes if a not in AXES]
-        if bad or not self.axes:
-            raise ValueError(f"Technique.axes={self.axes!r} is invalid: allowed: one or more of {', '.join(AXES)}")
+def list_options(family: str | None = None) -> list[str]:
+    """The registered option names, of one family (``lab.registry.FAMILY_ORDER``'s name) when given."""
+    return [n for n, t in OPTIONS.items() if family is None or t.family == family]
 
 
-
-
-def register_technique(tech: Technique, *, overwrite: bool = False) -> Technique:
-    """Add a technique to the registry the dashboard and recipes read. Validates the overrides against
-    ``RunConfig`` at once, so a typo fails here and not in the middle of an ablation."""
-    if tech.name in TECHNIQUES and not overwrite:
-        TECHNIQUES.register(tech.name, tech)  # raises: already registered
-    RunConfig().with_overrides(**tech.overrides)
-    return TECHNIQUES.register(tech.name, tech, overwrite=True)
-
-
-def list_techniques(family: str | None = None) -> list[str]:
-    return [n for n, t in TECHNIQUES.items() if family is None or t.family == family]
-
-
-def get_technique(name: str) -> Technique:
+def get_option(name: str) -> Option:
     """The option registered as ``name``; an unknown one is a ``ValueError`` listing the known ones."""
-    return TECHNIQUES.get(name)
-
-
-# Quantization runs on CPU engines (fbgemm/x86/qnnpack), so its arms pin the device; on a CPU box that
-# equals the baseline's "auto" device. On a GPU box compare int8 arms against a cpu baseline.
-TRAINING = ("train_step", "train")  # changes how training runs, not the model it produces
-AFTER_TRAINING = ("inference", "size")  # changes the trained model: post-training pruning and int8 (QAT too)
-_BUILTIN = [
-    Technique("bf16", {"precision.dtype": "bf16"}, "precision", "autocast to bfloat16 (no loss scaling)",
-              axes=TRAINING),
-    Technique("fp16", {"precision.dtype": "fp16"}, "precision", "autocast to float16 + GradScaler", axes=TRAINING),
-    Technique("amp_auto", {"precision.dtype": "auto"}, "precision",
-              "measure a few steps, keep a low precision only if it is faster", axes=TRAINING),
-    Technique("prune30", {"prune.method": "l1_unstructured", "prune.amount": 0.3, "prune.finetune_epochs": 1},
-              "prune", "L1 magnitude masks, 30 % of weights, 1 fine-tune epoch", axes=AFTER_TRAINING),
-    Technique("prune50", {"prune.method": "l1_unstructured", "prune.amount": 0.5, "prune.finetune_epochs": 1},
-              "prune", "L1 magnitude masks, 50 % of weights, 1 fine-tune epoch", axes=AFTER_TRAINING),
-    Technique("prune70", {"prune.method": "l1_unstructured", "prune.amount": 0.7, "prune.finetune_epochs": 1},
-              "prune", "L1 magnitude masks, 70 % of weights, 1 fine-tune epoch", axes=AFTER_TRAINING),
-    Technique("int8_dynamic", {"quant.method": "dynamic", "device": "cpu"}, "quant",
-              "dynamic int8 (weights ahead of time, activations on the fly)", ("cpu_only",), AFTER_TRAINING),
-    Technique("int8_eager", {"quant.method": "dynamic", "quant.flow": "legacy", "device": "cpu"}, "quant",
-              "dynamic int8, torch.ao eager (no compile: seconds, not a minute; int8 EmbeddingBag weights)",
-              ("cpu_only",), AFTER_TRAINING),
-    Technique("int8_static", {"quant.method": "static", "device": "cpu"}, "quant",
-              "static int8 with calibration", ("cpu_only",), AFTER_TRAINING),
-    Technique("int8_qat", {"quant.method": "qat", "device": "cpu"}, "quant",
-              "quantization-aware fine-tuning, then int8", ("cpu_only",), AFTER_TRAINING),
-    Technique("workers2", {"data.loader": "dataloader", "data.num_workers": 2}, "data",
-              "torch DataLoader with 2 worker processes (they share the cores with compute)", axes=TRAINING),
-    Technique("prefetch", {"data.loader": "thread"}, "data",
-              "a bounded background-thread prefetcher: the next read overlaps this step", axes=TRAINING),
-    Technique("parallel_reads", {"data.loader": "thread", "data.prefetch_readers": 2}, "data",
-              "the thread prefetcher with 2 reads in flight: one read's round trip overlaps another's transfer "
-              "(threads asleep on I/O, no core taken)", axes=TRAINING),
-    Technique("fused_optim", {"compute.fused_optimizer": True}, "compute",
-              "fused Adam/SGD: one kernel per dtype instead of a loop of small ones", axes=TRAINING),
-    Technique("fast_kernels", {"compute.fast_kernels": True}, "compute",
-              "the workload's faster implementation of the same math (ctr: index_select lookups)",
-              axes=(*TRAINING, "inference")),
-    Technique("compile", {"compute.compile": True}, "compute",
-              "torch.compile the training forward; compile time counts in training time", axes=TRAINING),
-    Technique("prune_channels50", {"prune.method": "structured_channels", "prune.amount": 0.5,
-                                   "prune.finetune_epochs": 1}, "prune",
-              "remove 50 % of output channels (Torch-Pruning), 1 fine-tune epoch", axes=AFTER_TRAINING),
-]
-for _t in _BUILTIN:
-    register_technique(_t, overwrite=True)
+    return OPTIONS.get(name)
 
 
 def combine(names: Iterable[str]) -> dict[str, Any]:
@@ -111,7 +39,7 @@ def combine(names: Iterable[str]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     owner: dict[str, str] = {}
     for name in names:
-        for key, value in get_technique(name).overrides.items():
+        for key, value in get_option(name).overrides.items():
             if key in merged and merged[key] != value:
                 raise ValueError(f"techniques {owner[key]!r} and {name!r} conflict on {key}: "
                                  f"{merged[key]!r} vs {value!r}; stack techniques that set different fields")
@@ -137,38 +65,41 @@ def stack_axes(techniques: Sequence[str]) -> tuple[str, ...]:
     """The axes a stack can change: the union of its techniques' (every axis for the baseline)."""
     if not techniques:
         return AXES
-    have = {a for t in techniques for a in get_technique(t).axes}
+    have = {a for t in techniques for a in get_option(t).axes}
     return tuple(a for a in AXES if a in have)
 
 
 # ---------------------------------------------------------------------------------------------- recipes
 
 def data_loading(base: RunConfig) -> Ablation:
-    """In-memory batches vs a DataLoader with workers (loader variants join via register_technique)."""
-    return from_techniques("data_loading", base, [[t] for t in list_techniques("data")])
+    """In-memory batches vs a DataLoader with workers (loader variants join via ``register_option``)."""
+    return from_techniques("data_loading", base, [[t] for t in list_options("data")])
 
 
 def mixed_precision(base: RunConfig) -> Ablation:
     """fp32 vs bf16 vs fp16 vs auto: on a CPU without native bf16 the low-precision arms are slower."""
-    return from_techniques("mixed_precision", base, [[t] for t in list_techniques("precision")])
+    return from_techniques("mixed_precision", base, [[t] for t in list_options("precision")])
 
 
 def pruning_sweep(base: RunConfig, amounts: Sequence[float] = (0.3, 0.5, 0.7)) -> Ablation:
     """Unstructured L1 at several sparsities: masks alone buy no dense-kernel speed, only size."""
     arms = []
     for amount in amounts:
-        name = f"prune{round(amount * 100)}"
-        if name not in TECHNIQUES:
-            register_technique(Technique(name, {"prune.method": "l1_unstructured", "prune.amount": float(amount),
-                                                "prune.finetune_epochs": 1}, "prune", f"L1 masks, {amount:.0%}",
-                                          axes=AFTER_TRAINING))
-        arms.append([name])
+        option = masks(amount)
+        if option.name not in OPTIONS:
+            register_option(option)
+        arms.append([option.name])
     return from_techniques("pruning_sweep", base, arms)
+
+
+#: The quantization recipe's arms: one per method, the dynamic method in both flows. ``int8_static_legacy`` and
+#: ``int8_auto`` (the map's flow comparison) are left out: each adds a PT2E or eager static build per run.
+QUANTIZATION_ARMS: tuple[str, ...] = ("int8_dynamic", "int8_eager", "int8_static", "int8_qat")
 
 
 def quantization(base: RunConfig) -> Ablation:
     """dynamic vs static vs QAT int8 against the fp32 baseline (inference speed, size, accuracy)."""
-    return from_techniques("quantization", base, [[t] for t in list_techniques("quant")])
+    return from_techniques("quantization", base, [[t] for t in QUANTIZATION_ARMS])
 
 
 def distributed(base: RunConfig, world_sizes: Sequence[int] = (2,)) -> Ablation:
@@ -183,7 +114,7 @@ def factorial(base: RunConfig, techniques: Sequence[str], name: str = "factorial
     """Every subset of ``techniques`` (2^k arms): the data ``interaction_effects`` needs to tell whether
     two techniques compound or cancel."""
     if not techniques:
-        raise ValueError("techniques=[] is invalid: allowed: one or more of " + ", ".join(TECHNIQUES))
+        raise ValueError("techniques=[] is invalid: allowed: one or more of " + ", ".join(OPTIONS))
     combine(techniques)  # conflicts fail before 2^k configs are built
     subsets = [c for k in range(1, len(techniques) + 1) for c in itertools.combinations(techniques, k)]
     return from_techniques(name, base, subsets)
@@ -201,7 +132,7 @@ def cannot_pay(techniques: Sequence[str], base: RunConfig, caps: Any = None) -> 
         return None
     caps = cpu_capabilities() if caps is None else caps
     for name in techniques:
-        dtype = get_technique(name).overrides.get("precision.dtype")
+        dtype = get_option(name).overrides.get("precision.dtype")
         if dtype in ("bf16", "fp16") and not getattr(caps, f"native_{dtype}"):
             return f"{name}: {dtype} is emulated on this CPU ({caps.missing(dtype)}), so it cannot pay"
     return None
@@ -235,7 +166,7 @@ def stacked(base: RunConfig, *, include_emulated: bool = False, caps: Any = None
                    include_emulated=include_emulated, caps=caps)
 
 
-#: The top-rung stack (issue 30): what pays on a large model. Training: fused Adam with ``auto`` precision (it
+#: The top-rung stack: what pays on a large model. Training: fused Adam with ``auto`` precision (it
 #: keeps a native low precision only when a probe on the run's own steps measures it faster, so never an
 #: emulated one) or with bf16 outright (left out where bf16 is emulated). Inference: half the channels removed,
 #: then static int8 of the thinner model. The two halves do not share one run: int8 refuses a run trained under

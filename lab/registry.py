@@ -1,7 +1,7 @@
 """The registries: the single source of every name a user can type or a test can parametrise over.
 
 One module, one :class:`Registry` class, for: workloads (:data:`WORKLOADS`), technique families
-(:data:`FAMILIES`, in :data:`FAMILY_ORDER`), the technique options an ablation stacks (:data:`TECHNIQUES`) and
+(:data:`FAMILIES`, in :data:`FAMILY_ORDER`), the technique options an ablation stacks (:data:`OPTIONS`) and
 its recipes (:data:`RECIPES`), loaders (:data:`LOADERS`), storage presets (:data:`STORAGES`) and the doctor's
 predictors (:data:`PREDICTORS`). Why a bottom-layer module: ``lab.config`` validates names and sits below the
 packages that own what the names mean. So the registries live here, the owning module registers its entries
@@ -81,8 +81,18 @@ class Registry(Generic[T]):
 
 #: Workload names -> :class:`lab.workloads.Workload` (:func:`lab.workloads.register_workload` adds to it).
 WORKLOADS: Registry = Registry("workload")
-#: Technique option names (``bf16``, ``prune50``) -> :class:`lab.recipes.Technique` (``register_technique``).
-TECHNIQUES: Registry = Registry("technique")
+#: Option names (``bf16``, ``prune_channels50``) -> :class:`lab.technique.Option`, each registered by the family
+#: that owns it (``lab/<family>/options.py``); recipes, the crossover map, the doctor and the dashboard read them.
+OPTIONS: Registry = Registry("technique")
+#: The crossover map's names before the vocabulary was one: an old row name -> the option it timed. The map once
+#: named its rows its own way (its ``prune50`` was channel pruning, the recipes' is L1 masks), so this table is for
+#: stored maps only (:func:`lab.crossover.names.in_current_names`), never for a name a user types today (where
+#: ``prune50`` means masks). Nothing new is written under an old name.
+OLD_MAP_NAMES: dict[str, str] = {
+    "auto": "amp_auto", "dynamic_int8": "int8_eager", "static_int8": "int8_static_legacy",
+    "pt2e_static_int8": "int8_static", "prune50": "prune_channels50",
+    "prune50_pt2e_int8": "prune_channels50+int8_static", "fused_optimizer": "fused_optim", "workers": "workers1",
+}
 #: Recipe names -> ``base RunConfig -> Ablation`` functions (registered by :mod:`lab.recipes`).
 RECIPES: Registry = Registry("recipe")
 #: Config fields -> the doctor's predictor for a technique that sets that field (:mod:`lab.doctor.predict`),

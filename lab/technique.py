@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from lab.loop import DDPStep, FitStats, Loader, StepHook, StepPolicy
-from lab.registry import FAMILIES, FAMILY_ORDER
+from lab.registry import FAMILIES, FAMILY_ORDER, OPTIONS
 
 if TYPE_CHECKING:
     from lab.config import RunConfig
@@ -120,6 +120,66 @@ class Technique:
     def report(self, result: RunResult) -> dict[str, Any] | None:
         """A short summary of what the family did in ``result`` (``None``: nothing to say)."""
         return None
+
+
+#: The axes an option can change: the training step, end-to-end training, inference, stored size. An ablation arm
+#: competes only on its options' axes (int8 after training never on the training step).
+AXES: tuple[str, ...] = ("train_step", "train", "inference", "size")
+TRAINING: tuple[str, ...] = ("train_step", "train")  # changes how training runs, not the model it produces
+AFTER_TRAINING: tuple[str, ...] = ("inference", "size")  # changes the trained model (pruning, int8, QAT)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option string of a technique family (``bf16``, ``prune_channels50``, ``int8_static``): the config
+    overrides it means, the family that owns it, a one-line explanation and the axes it can change.
+
+    Why one class: recipes, ablation arms, the crossover map's rows, the doctor's predictions and the dashboard's
+    choices all name techniques by these strings, so a name means one technique everywhere (the map once called
+    channel pruning ``prune50``, the recipes called L1 masks the same). Each family registers its own options
+    next to its code (``lab/<family>/options.py``) with :func:`register_options`."""
+
+    name: str
+    overrides: dict[str, Any]
+    family: str
+    description: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple)  # e.g. ("cpu_only",) shown in the UI
+    axes: tuple[str, ...] = AXES
+
+    def __post_init__(self) -> None:
+        bad = [a for a in self.axes if a not in AXES]
+        if bad or not self.axes:
+            raise ValueError(f"Option.axes={self.axes!r} is invalid: allowed: one or more of {', '.join(AXES)}")
+        if not self.name or "+" in self.name:
+            raise ValueError(f"Option.name={self.name!r} is invalid: a non-empty name without '+' (a stack of "
+                             "options is named by joining theirs with '+')")
+
+
+def register_option(option: Option, *, overwrite: bool = False, validate: bool = True) -> Option:
+    """Add ``option`` to :data:`lab.registry.OPTIONS`. Its family must be a family's name
+    (:data:`lab.registry.FAMILY_ORDER`) and every override a ``RunConfig`` field; with ``validate`` (a user's
+    option) the values are validated too, so a typo fails here and not in the middle of an ablation. A family
+    registers its own at import, before every registry its values name is filled, so it checks the fields only
+    (``tests/core/test_families.py`` validates every registered option's values)."""
+    from lab.config import RunConfig, check_override_keys
+
+    if option.family not in FAMILY_ORDER:
+        raise ValueError(f"Option {option.name!r}: family={option.family!r} is invalid: allowed: "
+                         + ", ".join(FAMILY_ORDER))
+    if option.name in OPTIONS and not overwrite:
+        OPTIONS.register(option.name, option)  # raises: already registered
+    check_override_keys(option.overrides)
+    if validate:
+        RunConfig().with_overrides(**option.overrides)
+    return OPTIONS.register(option.name, option, overwrite=True)
+
+
+def register_options(*options: Option) -> None:
+    """A family's options, registered where the family is defined (re-registering an equal one is a no-op, so
+    ``importlib.reload`` stays idempotent; another option under a taken name is refused)."""
+    for option in options:
+        same = option.name in OPTIONS and OPTIONS.get(option.name) == option
+        register_option(option, overwrite=same, validate=False)
 
 
 class TechniqueChain(Sequence[Technique]):
@@ -235,4 +295,5 @@ def default_chain() -> TechniqueChain:
     return TechniqueChain(FAMILIES.get(n) for n in FAMILY_ORDER)
 
 
-__all__ = ["PROFILE_PHASE", "FitPlan", "Technique", "TechniqueChain", "default_chain"]
+__all__ = ["AFTER_TRAINING", "AXES", "PROFILE_PHASE", "TRAINING", "FitPlan", "Option", "Technique", "TechniqueChain",
+           "default_chain", "register_option", "register_options"]

@@ -6,8 +6,11 @@ One module per subcommand (``lab/cli/<name>.py``: ``NAME``, ``HELP``, ``add_argu
 field ``data.num_workers`` is ``--data-num-workers``, and the common ones have short aliases (``--precision``,
 ``--loader``, ``--num-workers``, ``--prune``, ``--quant``, ``--world-size``). Flags are generated from the
 dataclasses, so a new config field is a new flag with no CLI change, and a field whose values live in a
-registry (``data.loader``, ``data.storage``) offers that registry's names. The results store is ``--store``
-everywhere (``--db``: a deprecated alias). Every user error is one line on stderr and exit status 2, never a
+registry (``data.loader``, ``data.storage``) offers that registry's names. Every flag has a help line: a config
+flag's is its field's ``HELP`` line with the allowed values and the default. Gradient accumulation is
+``--grad-accum-steps`` (``--ddp-grad-accum-steps``: a deprecated alias). The results store is ``--store``
+everywhere (``--db``: a deprecated alias); ``--json`` prints JSON instead of the text and ``--json PATH`` writes
+it there. Every user error is one line on stderr and exit status 2, never a
 traceback; a failed rank is exit 1; Ctrl-C is exit 130.
 """
 

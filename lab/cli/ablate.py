@@ -16,7 +16,7 @@ from typing import Any
 from lab.cli.options import UsageError, config_from_args, store_flags, writable_file
 from lab.config import RunConfig
 from lab.config.flags import add_config_fields
-from lab.registry import RECIPES, TECHNIQUES
+from lab.registry import OPTIONS, RECIPES
 
 NAME, HELP = "ablate", "run an ablation recipe or technique stack and print its table"
 #: The base an ablation starts from unless a flag says otherwise: small enough to answer in minutes, one
@@ -32,13 +32,15 @@ TTT_TABLE_COLUMNS = ["arm", "one_off_s", "end_to_end_s", "ttt_s", "ttt_speedup",
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_fields(p)
     g = p.add_argument_group("ablation")
-    g.add_argument("--recipe", default="stacked", help=f"one of: {', '.join(RECIPES)}")
+    g.add_argument("--recipe", default="stacked", help=f"the arms: one of {', '.join(RECIPES)} (default: stacked)")
     g.add_argument("--techniques", default="",
-                   help=f"comma-separated stack instead of a recipe: {', '.join(TECHNIQUES)}")
+                   help=f"comma-separated stack instead of a recipe: {', '.join(OPTIONS)}")
     g.add_argument("--factorial", action="store_true", help="with --techniques: every subset (interactions)")
-    g.add_argument("--repeats", type=int, default=3)
-    g.add_argument("--seeds", type=int, default=1, help="number of seeds (0..N-1)")
-    g.add_argument("--budget-pt", type=float, default=1.0)
+    g.add_argument("--repeats", type=int, default=3, help="runs per arm and seed, interleaved (default: 3)")
+    g.add_argument("--seeds", type=int, default=1, help="number of seeds, 0..N-1 (default: 1)")
+    g.add_argument("--budget-pt", type=float, default=1.0,
+                   help="accuracy budget of the verdict: metric points an arm may lose against the baseline "
+                        "(default: 1.0)")
     store_flags(g, "results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
     g.add_argument("--csv", default=None, help="also write the table here")
     g.add_argument("--include-emulated", action="store_true",

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from lab.cli.options import UsageError, writable_file
+from lab.cli.options import UsageError, json_file, json_flag
 from lab.config import RunConfig
 from lab.measure import machine
 
@@ -22,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-emulated", action="store_true",
                    help="--quick: also time bf16 / fp16 where this CPU runs them emulated (skipped by default: "
                    "a reference path that cannot pay, and most of the quick map's time on an AVX2 CPU)")
-    p.add_argument("--json", metavar="PATH", help="write the map here")
+    json_flag(p, "the map (with --threads-study: the study)")
     p.add_argument("--threads-study", action="store_true", help="the map at 1 thread vs all cores, and loader "
                    "workers vs compute threads along the vision ladder (lab.crossover.threads)")
 
@@ -40,12 +44,14 @@ def main(args: argparse.Namespace) -> int:
     RunConfig(threads=args.threads)  # the same threads check as a run: one line, before any work
     if args.repeats is not None and args.repeats < 3:
         raise UsageError(f"--repeats {args.repeats}: need >= 3 rounds for a confidence interval")
-    out = writable_file(args.json, "--json") if args.json else None
+    out = json_file(args)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731 - progress to stderr
     machine.machine_card(quick=args.quick, progress=say)  # cached after the first: the map cites its peaks
     the_map = crossover.build_map(workloads, techniques, quick=args.quick, threads=args.threads,
                                   repeats=args.repeats, progress=lambda m: print(m, file=sys.stderr, flush=True),
                                   skip_emulated=args.quick and not args.include_emulated)
+    if args.json == "-":
+        return _print_written(crossover.write_map, the_map)
     print("\n".join(crossover.headline_lines(the_map)))
     for tech in the_map.get("skipped_emulated") or []:  # one line each: bf16 and fp16 miss different flags
         why = next(r["why"] for r in the_map["rows"] if r["technique"] == tech and "skipped: " in (r["why"] or ""))
@@ -69,10 +75,20 @@ def _threads_study(args: argparse.Namespace, workloads: list[str], techniques: l
     if usable_cores() < 2:
         raise UsageError("--threads-study needs >= 2 usable cores: there is nothing to split on one")
     crossover.check_names(workloads, techniques or list(FULL_TECHNIQUES))
-    out = writable_file(args.json, "--json") if args.json else None
+    out = json_file(args)
     study = crossover.threads_study(workloads or None, techniques or None, quick=args.quick,
                                     progress=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.json == "-":
+        return _print_written(crossover.write_study, study)
     print("\n".join(crossover.summary_lines(study)))
     if out is not None:
         print(f"wrote {crossover.write_study(study, out)}")
+    return 0
+
+
+def _print_written(write: Callable[[Any, Path], Path], obj: Any) -> int:
+    """Bare ``--json``: print exactly what ``write(obj, path)`` would put in a file (the strict JSON, figures and
+    all), so stdout and ``--json PATH`` never differ."""
+    with tempfile.TemporaryDirectory() as tmp:
+        print(write(obj, Path(tmp) / "out.json").read_text())
     return 0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lab.cli.options import UsageError, config_from_args, store_flags
+from lab.cli.options import UsageError, config_from_args, json_file, json_flag, store_flags, write_json
 from lab.config.flags import add_config_fields
-from lab.registry import TECHNIQUES
+from lab.registry import OPTIONS
 
 NAME, HELP = "doctor", "profile a baseline, predict which technique pays here, optionally verify"
 
@@ -18,16 +18,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dg = p.add_argument_group("doctor")
     dg.add_argument("--verify", type=int, default=0, metavar="K",
                     help="measure the top K predictions and the baseline in an interleaved ablation")
-    dg.add_argument("--repeats", type=int, default=3, help="repeats per arm when verifying")
+    dg.add_argument("--repeats", type=int, default=3, help="repeats per arm when verifying (default: 3)")
     dg.add_argument("--measure", default="", metavar="compile",
                     help="time these on the model itself (seconds to a minute each): compile")
-    dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(TECHNIQUES)}")
+    dg.add_argument("--techniques", default="", help=f"comma-separated subset of: {', '.join(OPTIONS)}")
     dg.add_argument("--full-epochs", type=int, default=None, metavar="E",
                     help="the prescription in hours: the full run's epochs (default: the run's own when --rows is "
                          "given; with neither, per 1000 steps)")
     dg.add_argument("--rows", type=int, default=None, metavar="N", help="the full run's training rows")
     store_flags(dg, "results store for the verification runs")
-    dg.add_argument("--json", action="store_true", help="print the diagnosis (and verification) as JSON")
+    json_flag(dg, "the diagnosis (and verification)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -45,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
         if v is not None and v < 1:
             raise UsageError(f"{flag} {v} is invalid: allowed: >= 1")
     cfg = config_from_args(args)
+    json_out = json_file(args)  # refused now, not after the diagnosis
     if "threads" not in vars(args):  # a fixed thread count for A/B timings (docs/architecture.md 5.8)
         cfg = cfg.with_overrides(threads=1)
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
@@ -56,17 +57,20 @@ def main(args: argparse.Namespace) -> int:
         hours = format_hours(out["hours"])
     except ValueError as exc:  # a baseline the projection cannot read: said, not hidden
         hours = f"full run not projected: {exc}"
-    if not args.json:
+    text = args.json != "-"
+    if text:
         print(format_diagnosis(d))
         print(hours)
     if args.verify:
         with ResultStore(args.store) as store:
             rows = verify(d, args.verify, repeats=args.repeats, store=store)
         out["verification"] = rows
-        if not args.json:
+        if text:
             print("\nverification (interleaved ablation, " + f"{args.repeats} repeats per arm):")
             print(format_verification(rows))
             print(format_scorecard(scorecard([{"rows": rows}]), "this verification"))
-    if args.json:
+    if not text:
         print(json.dumps(out, default=str))
+    elif json_out is not None:
+        write_json(json.dumps(out, default=str), json_out)
     return 0

@@ -8,8 +8,9 @@ NAME, HELP = "export", "export stored runs as CSV"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", metavar="PATH")
-    p.add_argument("--out", metavar="CSV", required=True)
+    p.add_argument("--store", metavar="PATH",
+                   help="results database to read (default: $LAB_RESULTS_DB or results/lab.sqlite)")
+    p.add_argument("--out", metavar="CSV", required=True, help="the CSV file to write, one row per stored run")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -42,6 +42,27 @@ def store_flags(parser: argparse.ArgumentParser | Any, help_text: str) -> None:
     parser.add_argument("--db", metavar="PATH", action=_DeprecatedStoreFlag, help=argparse.SUPPRESS)
 
 
+def json_flag(parser: argparse.ArgumentParser | Any, what: str) -> None:
+    """``--json [PATH]``, one spelling in every subcommand: bare, ``what`` is printed as JSON on stdout instead of
+    the text; with a PATH the text is printed as usual and the JSON written there (``-``: stdout)."""
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                        help=f"{what} as JSON: bare --json prints it instead of the text; --json PATH writes it "
+                             "to PATH (checked before any work) and prints the text")
+
+
+def json_file(args: argparse.Namespace) -> Path | None:
+    """The file ``--json PATH`` names, refused now if it cannot be written (:func:`writable_file`); ``None`` for a
+    bare ``--json`` (stdout) or none."""
+    return writable_file(args.json, "--json") if args.json not in (None, "-") else None
+
+
+def write_json(text: str, path: Path) -> None:
+    """Write ``text`` (one JSON document) to ``path``, creating its folder, and say where it went."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    print(f"wrote {path}")
+
+
 def writable_file(path: str, flag: str) -> Path:
     """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
     folder that cannot be written or created. Nothing is left behind here: the check creates a probe (a
@@ -70,4 +91,4 @@ def writable_file(path: str, flag: str) -> Path:
     return out
 
 
-__all__ = ["UsageError", "config_from_args", "store_flags", "writable_file"]
+__all__ = ["UsageError", "config_from_args", "json_file", "json_flag", "store_flags", "writable_file", "write_json"]

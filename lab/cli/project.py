@@ -15,9 +15,9 @@ import json
 import sys
 
 from lab.cli.ablate import ABLATE_DEFAULTS
-from lab.cli.options import UsageError, config_from_args, store_flags
+from lab.cli.options import UsageError, config_from_args, json_file, json_flag, store_flags, write_json
 from lab.config.flags import add_config_fields
-from lab.registry import RECIPES, TECHNIQUES
+from lab.registry import OPTIONS, RECIPES
 
 NAME, HELP = "project", "project a full training run (epochs x rows) per arm from short measured runs"
 
@@ -29,13 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--test-rows", type=int, default=None, help="evaluation rows (default: the size's)")
     g.add_argument("--measure-epochs", type=int, default=None, help="epochs of the measured runs (default: the size's)")
     g.add_argument("--recipe", default=None, help=f"arms from a recipe: {', '.join(RECIPES)}")
-    g.add_argument("--techniques", default="", help=f"comma-separated stack: {', '.join(TECHNIQUES)}")
-    g.add_argument("--repeats", type=int, default=3)
-    g.add_argument("--seeds", type=int, default=1)
-    g.add_argument("--budget-pt", type=float, default=1.0)
+    g.add_argument("--techniques", default="", help=f"comma-separated stack: {', '.join(OPTIONS)}")
+    g.add_argument("--repeats", type=int, default=3, help="measured runs per arm and seed (default: 3)")
+    g.add_argument("--seeds", type=int, default=1, help="number of seeds, 0..N-1 (default: 1)")
+    g.add_argument("--budget-pt", type=float, default=1.0,
+                   help="accuracy budget in metric points an arm may lose against the baseline (default: 1.0)")
     g.add_argument("--memory-budget", type=float, default=None, metavar="MB",
                    help="also find the largest batch whose measured peak memory is under MB")
-    g.add_argument("--json", action="store_true", help="print the projection as JSON")
+    json_flag(g, "the projection")
     store_flags(g, "results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
 
 
@@ -56,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
         if value is not None and value < 1:
             raise UsageError(f"{flag}={value} is invalid: allowed: >= 1")
     base = config_from_args(args, defaults={**ABLATE_DEFAULTS, "epochs": args.measure_epochs})
+    json_out = json_file(args)  # refused now, not after the measured runs
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()]
     if techs:
         ablation = from_techniques("project", base, [techs])
@@ -74,8 +76,9 @@ def main(args: argparse.Namespace) -> int:
             runs = load_ablation(ablation, store, repeats=args.repeats, seeds=seeds)
     projected = project_arms(runs, epochs=epochs, rows=args.rows, test_rows=args.test_rows)
     found = largest_batch(base, args.memory_budget) if args.memory_budget is not None else None
-    if args.json:
-        print(json.dumps({"epochs": epochs, "rows": args.rows, "arms": projected, "memory": found}, default=str))
+    payload = json.dumps({"epochs": epochs, "rows": args.rows, "arms": projected, "memory": found}, default=str)
+    if args.json == "-":
+        print(payload)
         return 0
     rows = args.rows or "the size's"
     print(f"projected full run: {epochs} epochs over {rows} rows "
@@ -83,6 +86,8 @@ def main(args: argparse.Namespace) -> int:
     print(format_projection(projected, table))
     if found is not None:
         print(format_fit(found))
+    if json_out is not None:
+        write_json(payload, json_out)
     return 0
 
 

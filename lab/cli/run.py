@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli.options import config_from_args
+from lab.cli.options import config_from_args, json_file, json_flag, write_json
 from lab.config.flags import add_config_fields
 
 NAME, HELP = "run", "train one configuration and measure it"
@@ -18,7 +18,7 @@ NAME, HELP = "run", "train one configuration and measure it"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_fields(p)
     out = p.add_argument_group("output")
-    out.add_argument("--json", action="store_true", help="print the full result as JSON")
+    json_flag(out, "the full result")
     out.add_argument("--store", metavar="PATH", help="results database (default: $LAB_RESULTS_DB or results/)")
     out.add_argument("--no-store", action="store_true", help="do not save the result")
     out.add_argument("--label", help="a tag stored with the run (e.g. an experiment name)")
@@ -31,6 +31,7 @@ def main(args: argparse.Namespace) -> int:
     from lab.train import run
 
     cfg = config_from_args(args)
+    json_out = json_file(args)  # refused now, not after the run
     bar = None
     progress = None
     if not args.no_progress:
@@ -69,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
             bar.close()
         if store is not None:
             store.close()
-    if args.json:
+    if args.json == "-":
         print(result.to_json())
     else:
         print(format_result(result, stored_at=stored))
@@ -85,6 +86,8 @@ def main(args: argparse.Namespace) -> int:
                 print("  costliest ops (ms per step, under the profiler): "
                       + "; ".join(f"{_short(op)} [{cls}] {ms:.2f}" for op, cls, ms in top[:3]))
             print(f"  trace (open in https://ui.perfetto.dev): {prof.get('trace')}")
+    if json_out is not None:
+        write_json(result.to_json(), json_out)
     return 0 if result.status == "ok" else 1
 
 

@@ -11,10 +11,10 @@ NAME, HELP = "runs", "list stored runs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", metavar="PATH")
-    p.add_argument("--workload")
-    p.add_argument("--label")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--store", metavar="PATH", help="results database (default: $LAB_RESULTS_DB or results/lab.sqlite)")
+    p.add_argument("--workload", help="only the runs of this workload")
+    p.add_argument("--label", help="only the runs stored with this label")
+    p.add_argument("--limit", type=int, default=20, help="the latest N runs (default: 20)")
 
 
 def main(args: argparse.Namespace) -> int:

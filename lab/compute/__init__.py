@@ -160,6 +160,7 @@ def compile_record(step_ms: list[float], before: dict[str, int], after: dict[str
 
 
 TECHNIQUE = FAMILIES.register(Compute.name, Compute(), overwrite=True)  # overwrite: importlib.reload stays idempotent
+from lab.compute import options  # noqa: E402, F401 - the family's option strings, registered with it
 
 __all__ = ["PROFILE_KERNEL_OPTIONS", "RNG_STREAM_WHY", "SCATTER_WHY_SHARE", "TECHNIQUE", "Compute", "compile_counters",
            "compile_record", "compiled_scatter_why", "dropout_modules"]

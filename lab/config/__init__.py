@@ -18,7 +18,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from lab.config.checks import check_bool, check_choice, check_float, check_int, fail
 from lab.config.families import (
@@ -50,6 +50,37 @@ class RunConfig:
     default for the chosen size, so the same config works across sizes. ``workload`` is a registered name
     or a spec (``module:NAME``, ``file.py:NAME``); a spec is loaded here, ``workload`` becomes the registered
     name and ``workload_spec`` keeps the spec, so any process (a spawned DDP rank) can load it again."""
+
+    #: Field name -> one line saying what it means (unit where it has one): its flag's help; the CLI adds the
+    #: allowed values and the default (:mod:`lab.config.flags`). A ClassVar: not a field, not in the config's hash.
+    HELP: ClassVar[dict[str, str]] = {
+        "workload": "what to train: a registered workload, or a spec module:NAME / file.py:NAME (loaded by "
+                    "every process)",
+        "workload_spec": "the spec the workload was loaded from (set by --workload SPEC; given alone, it reloads "
+                         "a stored run's workload)",
+        "size": "the workload's data size and schedule",
+        "epochs": "training epochs (none: the workload's default for --size)",
+        "max_steps": "stop after this many optimizer steps (none: every step of --epochs)",
+        "batch_size": "training batch, per rank (none: the workload's default for --size)",
+        "lr": "learning rate (none: the workload's default for --size)",
+        "optimizer": "the optimizer",
+        "seed": "seed of the model's initial weights and the batch order",
+        "data_seed": "seed the workload's data and splits are generated from",
+        "device": "where to train: auto (cuda if available, else cpu), cpu, cuda or cuda:N",
+        "threads": "torch threads, at most this machine's cores (none: torch's default)",
+        "warmup_steps": "first training steps left out of the step-time statistics (must be < --max-steps)",
+        "eval_batch_size": "batch of the evaluation and of the inference-latency measurement",
+        "latency_repeats": "timed repeats of the inference-latency measurement (0: not measured)",
+        "model_scale": "model-size rung of the workload's ladder: wider (and deeper where natural), same data "
+                       "(none: the workload's own model)",
+        "profile": "profile training steps: the op-class breakdown and a Chrome trace",
+        "checkpoint_every": "save a checkpoint every this many training steps (none: never; one process, no "
+                            "pruning or quantization)",
+        "resume": "resume training from a stored run id or a checkpoint path",
+        "eval_every": "evaluate on the test split every this many steps, timed apart: the eval curve and time to "
+                      "target (none: not during training, or once per epoch with --target-metric)",
+        "target_metric": "eval metric value the run must reach: the time it first did is recorded (time to target)",
+    }
 
     workload: str = "ctr"
     workload_spec: str | None = None
@@ -219,6 +250,19 @@ class RunConfig:
     def enabled_families(self) -> list[str]:
         """Names of the technique families this config switches on."""
         return [name for name in FAMILIES if getattr(self, name).enabled]
+
+
+def check_override_keys(overrides: dict[str, Any]) -> None:
+    """Every key of ``overrides`` names a ``RunConfig`` field (``seed``) or a family field (``precision.dtype``):
+    the structural half of :meth:`RunConfig.with_overrides`, checkable before the registries its values name
+    are filled."""
+    top = {f.name for f in fields(RunConfig)}
+    for key in overrides:
+        fam, _, attr = key.partition(".")
+        if (not attr and key not in top) or (attr and (fam not in FAMILIES or attr not in
+                                                        {f.name for f in fields(FAMILIES[fam])})):
+            raise ValueError(f"override {key!r} is invalid: not a RunConfig field (seed) or a family field "
+                             f"(precision.dtype); families: {', '.join(FAMILIES)}")
 
 
 def _family_from_dict(name: str, cls: type, value: Any) -> Any:

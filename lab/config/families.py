@@ -18,6 +18,9 @@ class _Family:
     SWITCH: ClassVar[str] = ""
     #: Fields that still mean something while the family is off.
     OFF_OK: ClassVar[tuple[str, ...]] = ()
+    #: Field name -> one line saying what it means (unit where it has one): its flag's help; the CLI adds the
+    #: allowed values and the default (:mod:`lab.config.flags`).
+    HELP: ClassVar[dict[str, str]] = {}
 
     @property
     def enabled(self) -> bool:  # pragma: no cover - overridden
@@ -46,6 +49,27 @@ class DataConfig(_Family):
     SWITCH: ClassVar[str] = "data.loader other than 'memory' (--loader)"
     OFF_OK: ClassVar[tuple[str, ...]] = ("shuffle", "drop_last", "source", "ideal_replay")
     SOURCES: ClassVar[tuple[str, ...]] = ("memory", "files")
+    HELP: ClassVar[dict[str, str]] = {
+        "loader": "how batches reach the model: memory slices in-memory tensors (the upper bound a loader can hit), "
+                  "dataloader is torch's DataLoader, the others are the data-loading lab's (notebook 01)",
+        "num_workers": "DataLoader worker processes (loader dataloader only; 0: read in the main process)",
+        "prefetch_factor": "batches each DataLoader worker loads ahead (needs --num-workers > 0; none: torch's "
+                           "default)",
+        "pin_memory": "DataLoader copies batches into pinned memory, for faster host-to-GPU copies (loader "
+                      "dataloader only)",
+        "persistent_workers": "keep the DataLoader's workers alive between epochs (needs --num-workers > 0)",
+        "shuffle": "shuffle the training split every epoch",
+        "drop_last": "drop each epoch's last, incomplete batch",
+        "storage": "emulated storage preset: every read pays its latency and bandwidth cap (none: in memory, no "
+                   "cost; needs a loader other than memory)",
+        "prefetch_depth": "batches the thread prefetcher may hold ahead of the training loop (loader thread or "
+                          "device_prefetch)",
+        "prefetch_readers": "reads the thread prefetcher keeps in flight at once, in threads, to hide read latency "
+                            "(loader thread or device_prefetch)",
+        "source": "where the training split is read from: memory, or files (written once to shard files and read "
+                  "back; needs a loader that reads files)",
+        "ideal_replay": "also replay cached batches through the same step: the ideal-loader bound for the data wait",
+    }
 
     loader: str = "memory"
     num_workers: int = 0
@@ -116,6 +140,10 @@ class PrecisionConfig(_Family):
     family: ClassVar[str] = "precision"
     SWITCH: ClassVar[str] = "precision.dtype other than 'fp32' (--precision)"
     DTYPES: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "auto")
+    HELP: ClassVar[dict[str, str]] = {
+        "dtype": "forward-pass precision under autocast (auto: decided on the run's own first steps)",
+        "fp32_modules": "comma-separated module names or types kept in fp32 under autocast (e.g. head,LSTM)",
+    }
 
     dtype: str = "fp32"
     fp32_modules: tuple[str, ...] = ()
@@ -148,6 +176,20 @@ class PruneConfig(_Family):
     MASK_METHODS: ClassVar[tuple[str, ...]] = ("l1_unstructured", "global_unstructured", "random_unstructured")
     METHODS: ClassVar[tuple[str, ...]] = ("none", *MASK_METHODS, "structured_channels")
     SCHEDULES: ClassVar[tuple[str, ...]] = ("oneshot", "gradual")
+    HELP: ClassVar[dict[str, str]] = {
+        "method": "weight pruning of the trained model, then optionally fine-tuned; none: off",
+        "amount": "fraction of weights zeroed (unstructured methods) or of output channels removed per layer "
+                  "(structured_channels), in [0, 1)",
+        "schedule": "oneshot: prune once, after training; gradual: ramp the sparsity up during training (Zhu & "
+                    "Gupta's cubic schedule; unstructured methods only)",
+        "finetune_epochs": "epochs of fine-tuning after pruning (0: none)",
+        "finetune_lr_factor": "fine-tuning lr as a multiple of the training lr",
+        "layers": "comma-separated module names or types to prune (e.g. fc,Conv2d; empty: every prunable layer)",
+        "norm": "Lp norm (1 or 2) that ranks output channels for structured_channels",
+        "start_fraction": "gradual schedule: fraction of the training steps at which pruning starts",
+        "end_fraction": "gradual schedule: fraction of the training steps at which the full amount is reached",
+        "frequency_steps": "gradual schedule: the masks are updated every this many training steps",
+    }
 
     method: str = "none"
     amount: float = 0.0
@@ -215,6 +257,21 @@ class QuantConfig(_Family):
     FLOWS: ClassVar[tuple[str, ...]] = ("pt2e", "legacy", "auto")
     OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
     REDUCE_RANGE: ClassVar[tuple[str, ...]] = ("auto", "on", "off")
+    HELP: ClassVar[dict[str, str]] = {
+        "method": "int8 quantization: dynamic or static (calibrated) post-training, or qat (quantization-aware "
+                  "fine-tuning); none: off",
+        "calibration_batches": "training batches static quantization calibrates the activation ranges on",
+        "backend": "torch's quantized engine (legacy flow): auto, x86, fbgemm or qnnpack (auto: x86 where torch "
+                   "has it, else qnnpack)",
+        "observer": "how static calibration sets the activation ranges (legacy flow; PT2E uses histogram)",
+        "per_channel": "one weight scale per output channel (--no-quant-per-channel: one per tensor; legacy flow)",
+        "qat_epochs": "QAT fine-tuning epochs after the float training",
+        "qat_lr_factor": "QAT fine-tuning lr as a multiple of the training lr",
+        "flow": "pt2e: torchao PT2E compiled by Inductor; legacy: the torch.ao eager / FX path; auto: both, the "
+                "faster on the run's own batch is kept (not with qat)",
+        "reduce_range": "7-bit activations: auto where the CPU has no int8 dot-product instructions (no VNNI / "
+                        "AMX), 8-bit elsewhere; on / off force it",
+    }
 
     method: str = "none"
     calibration_batches: int = 16
@@ -255,6 +312,18 @@ class DDPConfig(_Family):
     SHARDS: ClassVar[tuple[str, ...]] = ("batch", "contiguous", "strided", "hash")
     #: The order the shards are cut from: the split as stored (time order for ctr) or sorted by label.
     SHARD_ORDERS: ClassVar[tuple[str, ...]] = ("stored", "label")
+    HELP: ClassVar[dict[str, str]] = {
+        "world_size": "data-parallel ranks (processes) the run spawns (1: no data parallelism)",
+        "backend": "process-group backend (auto: gloo on CPU, nccl on CUDA)",
+        "bucket_cap_mb": "DDP's gradient bucket size in MB: larger buckets mean fewer, larger all-reduces",
+        "grad_accum_steps": "micro-batches per optimizer step (gradient accumulation, also in one process; all but "
+                            "the last skip the all-reduce): effective batch = batch x ranks x this",
+        "timeout_s": "seconds any collective may wait: a dead or hung rank ends the job with one line naming it",
+        "shard": "how ranks split the training data: batch (every rank slices the same shuffled global batch) or "
+                 "a shard of the split per rank, cut contiguous, strided or by hash (needs --world-size > 1)",
+        "shard_order": "the order the shards are cut from: the split as stored (time order for ctr) or sorted by "
+                       "label (needs --ddp-shard other than batch)",
+    }
 
     world_size: int = 1
     backend: str = "auto"
@@ -293,6 +362,12 @@ class ComputeConfig(_Family):
     parameters or the loss, so accuracy may differ only by float rounding."""
 
     family: ClassVar[str] = "compute"
+    HELP: ClassVar[dict[str, str]] = {
+        "fused_optimizer": "one fused Adam / SGD kernel instead of a loop of small ones",
+        "fast_kernels": "the workload's faster implementation of the same model (e.g. ctr's gather-based "
+                        "embedding lookups)",
+        "compile": "torch.compile the training forward (its compile time counts in the training time)",
+    }
 
     fused_optimizer: bool = False
     fast_kernels: bool = False

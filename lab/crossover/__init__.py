@@ -30,6 +30,7 @@ from lab.crossover.mapping import (
     build_map,
     check_names,
 )
+from lab.crossover.names import current_name, in_current_names
 from lab.crossover.place import describe, family_of, place, place_model, place_workload
 from lab.crossover.report import cross_hardware_table, figures, headline_lines, load_maps, write_strict_json
 from lab.crossover.threads import compare_maps, stops_paying, workers_along_ladder
@@ -38,7 +39,8 @@ from lab.crossover.versus import predicted_vs_measured
 
 __all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK_TECHNIQUES", "ROW_KEYS", "TECHNIQUES",
            "agreement", "analyse", "build_map", "check_names", "check_schema", "compare_maps", "cross_hardware_table",
-           "crossover_macs", "describe", "family_of", "figures", "fit_line", "headline_lines", "load_map", "load_maps",
+           "crossover_macs", "current_name", "describe", "family_of", "figures", "fit_line", "headline_lines",
+           "in_current_names", "load_map", "load_maps",
            "load_study", "loo_error",
            "place", "place_model", "place_workload", "predicted_speedup", "predicted_vs_measured", "regime",
            "stops_paying", "summary_lines", "threads_study", "workers_along_ladder", "write_map",
@@ -63,7 +65,8 @@ def write_map(the_map: dict[str, Any], path: str | Path) -> Path:
 
 
 def load_map(path: str | Path) -> dict[str, Any]:
-    """A map written by :func:`write_map` (schema checked)."""
+    """A map written by :func:`write_map` (schema checked), its techniques in today's names
+    (:func:`lab.crossover.names.in_current_names`: a map stored under the old names reads the same)."""
     the_map = json.loads(Path(path).read_text())
     check_schema(the_map)
-    return the_map
+    return in_current_names(the_map)

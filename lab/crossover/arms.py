@@ -33,28 +33,31 @@ from lab.quant.fair import amdahl_bound, int8_macs
 from lab.quant.flow_auto import probe_flows
 from lab.quant.graph import graph_layer_bytes
 from lab.quant.int8 import quantize_with_report
+from lab.registry import OPTIONS
 from lab.workloads import Workload
 
 Arm = Callable[[], Any]
 TRAIN, INFER = "train_step", "inference"
 AXES = (TRAIN, INFER)
 
-#: Every technique the map knows, with the axes it can change (docs/architecture.md: an arm competes only on the axes
-#: its technique can change: int8 post-training quantization does not touch the training step; ``auto``
-#: and loader workers are decisions about training). ``static_int8`` is the legacy torch.ao flow (eager int8
-#: kernels), ``pt2e_static_int8`` torchao PT2E compiled by Inductor (its ratio against the eager fp32 call
-#: includes what compiling alone gives: ``compile`` is that arm), ``int8_auto`` whichever of the two the run's
+#: Every option the map times (names of :data:`lab.registry.OPTIONS`, or a ``+``-joined stack of them: one name
+#: for one technique in recipes, arms, the map and the doctor), with the axes the map times it on. An option's
+#: own axes say what it can change in a *run* (pruning and int8 happen after training); the map times the
+#: model each produces, so channel pruning is also timed on the training step (what training a thinner model
+#: costs) and a precision's inference in that precision. ``int8_static_legacy`` is the torch.ao flow (eager int8
+#: kernels), ``int8_static`` torchao PT2E compiled by Inductor (its ratio against the eager fp32 call includes
+#: what compiling alone gives: ``compile`` is that arm), ``int8_auto`` whichever of the two the run's
 #: ``--quant-flow auto`` probe (:func:`lab.quant.flow_auto.probe_flows`) takes on this model and batch.
-#: ``prune50_pt2e_int8`` stacks the two that shrink inference: channels 50 % removed, then PT2E static int8 of
-#: the pruned model (issue 30's top-rung stack, for deployment; the map trains nothing, so no accuracy here:
+#: ``prune_channels50+int8_static`` stacks the two that shrink inference: channels 50 % removed, then PT2E static
+#: int8 of the pruned model (the top-rung stack, for deployment; the map trains nothing, so no accuracy here:
 #: ``benchmarks/stacked.py --part top`` measures that on a trained model).
 TECHNIQUES: dict[str, tuple[str, ...]] = {
-    "bf16": (TRAIN, INFER), "fp16": (TRAIN, INFER), "auto": (TRAIN,), "dynamic_int8": (INFER,),
-    "static_int8": (INFER,), "pt2e_static_int8": (INFER,), "int8_auto": (INFER,), "prune50": (TRAIN, INFER),
-    "prune50_pt2e_int8": (INFER,), "compile": (TRAIN, INFER), "fused_optimizer": (TRAIN,), "workers": (TRAIN,),
+    "bf16": (TRAIN, INFER), "fp16": (TRAIN, INFER), "amp_auto": (TRAIN,), "int8_eager": (INFER,),
+    "int8_static_legacy": (INFER,), "int8_static": (INFER,), "int8_auto": (INFER,), "prune_channels50": (TRAIN, INFER),
+    "prune_channels50+int8_static": (INFER,), "compile": (TRAIN, INFER), "fused_optim": (TRAIN,), "workers1": (TRAIN,),
 }
 #: ``int8_auto``'s candidates: the flow -> the map's arm that times its int8 model.
-INT8_FLOW_ARMS = {"legacy": "static_int8", "pt2e": "pt2e_static_int8"}
+INT8_FLOW_ARMS = {"legacy": "int8_static_legacy", "pt2e": "int8_static"}
 PRUNE_AMOUNT = 0.5
 
 
@@ -126,8 +129,14 @@ def _pruned(bench: Bench) -> nn.Module:
     n = min(16, bench.batch_size)
     rows = tuple(t[:n] for t in bench.inputs)
     ratio = count_macs(bench.model, rows) / max(1, count_macs(model, rows))
-    bench.notes["prune50"] = f"{PRUNE_AMOUNT:.0%} of the channels removed: {ratio:.2f}x fewer MACs"
+    bench.notes["prune_channels50"] = f"{PRUNE_AMOUNT:.0%} of the channels removed: {ratio:.2f}x fewer MACs"
     return model
+
+
+def _method_flow(option: str) -> tuple[str, str]:
+    """The quantization method and flow an int8 option names (its overrides; the config's default flow else)."""
+    overrides = OPTIONS.get(option).overrides
+    return overrides["quant.method"], overrides.get("quant.flow", QuantConfig().flow)
 
 
 def _int8_built(bench: Bench, method: str, flow: str = "legacy",
@@ -194,7 +203,7 @@ def _note_emulated(bench: Bench, dtype: str) -> None:
 def build_arms(bench: Bench, techniques: list[str], axis: str,
                requested: Sequence[str] = ()) -> tuple[dict[str, Arm], dict[str, str]]:
     """``({arm: callable}, {technique: why skipped})`` for ``axis``: a ``base`` arm (the fp32 eager step or
-    call) plus one arm per technique that applies and builds; ``workers`` brings its own baseline
+    call) plus one arm per technique that applies and builds; ``workers1`` brings its own baseline
     (``workers_base``: the same step fed by the in-memory loader), and ``auto`` none (it is decided from the
     bf16 / fp16 / base samples afterwards; ``requested``: every technique asked for, so ``auto`` whose
     low-precision candidates the caller skipped is decided from fp32 alone). A technique that fails to build is
@@ -222,14 +231,14 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
                 _note_emulated(bench, tech)
                 arms[tech] = train_step(bench, model, policy=PrecisionPolicy(dtype=tech)) if axis == TRAIN \
                     else inference_call(bench, eval_model, dtype=tech)
-            elif tech == "auto":
+            elif tech == "amp_auto":
                 dev = bench.inputs[0].device
                 native = [d for d in ("bf16", "fp16") if capability(d, "cpu" if dev.type == "cpu" else dev).native]
                 if native and not {"bf16", "fp16"} & {*techniques, *requested}:
                     raise ValueError(f"auto is decided from the bf16 / fp16 arms and {' / '.join(native)} "
                                      "runs natively here; ask for them too")
                 # Neither native: auto keeps fp32 here whatever it times, so it is decided from fp32 alone.
-            elif tech == "fused_optimizer":
+            elif tech == "fused_optim":
                 arms[tech] = train_step(bench, model, fused=True)
             elif tech == "compile":
                 compile_guard(bench.inputs[0].device)  # a native oneDNN bug on AVX2 CPUs (lab.measure.kernel_guards)
@@ -237,26 +246,27 @@ def build_arms(bench: Bench, techniques: list[str], axis: str,
                     arms[tech] = train_step(bench, model, forward=torch.compile(model))
                 else:
                     arms[tech] = inference_call(bench, torch.compile(copy.deepcopy(eval_model)))
-            elif tech == "prune50":
+            elif tech == "prune_channels50":
                 pruned = _pruned(bench)
                 arms[tech] = train_step(bench, pruned) if axis == TRAIN else inference_call(bench, pruned.eval())
-            elif tech in ("dynamic_int8", "static_int8", "pt2e_static_int8"):
-                method, flow = ("static", "pt2e") if tech == "pt2e_static_int8" else (tech.split("_")[0], "legacy")
-                model_q, info = _int8_built(bench, method, flow)
+            elif tech in ("int8_eager", "int8_static_legacy", "int8_static"):
+                model_q, info = _int8_built(bench, *_method_flow(tech))
                 bench.notes[tech] = int8_share_note(bench, model_q, info)
                 arms[tech] = inference_call(bench, model_q)
-            elif tech == "prune50_pt2e_int8":
+            elif tech == "prune_channels50+int8_static":
                 model_q, info = _int8_built(bench, "static", "pt2e", pruned=_pruned(bench).eval())
-                bench.notes[tech] = f"{bench.notes.get('prune50', '')}; then {int8_share_note(bench, model_q, info)}"
+                pruned_note = bench.notes.get("prune_channels50", "")
+                bench.notes[tech] = f"{pruned_note}; then {int8_share_note(bench, model_q, info)}"
                 arms[tech] = inference_call(bench, model_q)
             elif tech == "int8_auto":
                 # no arm of its own: its row is the chosen candidate's samples; both candidates are timed
                 for arm, flow in _int8_auto(bench).items():
                     if arm not in arms:
                         arms[arm] = inference_call(bench, _int8_built(bench, "static", flow)[0])
-            elif tech == "workers":
+            elif tech == "workers1":
                 arms["workers_base"] = train_step(bench, model, batches=_loader_batches(bench, 0))
-                arms[tech] = train_step(bench, model, batches=_loader_batches(bench, 1))
+                arms[tech] = train_step(bench, model, batches=_loader_batches(bench, OPTIONS.get(tech).overrides[
+                    "data.num_workers"]))
             else:  # pragma: no cover - TECHNIQUES and this switch are kept together
                 raise ValueError(f"unknown technique {tech!r}")
         except Exception as exc:  # noqa: BLE001 - a technique that cannot apply to this model is a stated skip

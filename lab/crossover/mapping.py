@@ -44,7 +44,7 @@ FIT_KEYS = ("workload", "technique", "axis", "base_overhead_ms", "base_ms_per_mm
 MAP_WORKLOADS = ("ctr", "sequence", "vision", "transformer", "mlp")
 #: ``--quick``: techniques cheap to build (no compile, no FX calibration, no worker processes) and, per
 #: workload, the four rungs that span >= 100x parameters (ctr's embeddings make its lower rungs close).
-QUICK_TECHNIQUES = ("bf16", "fp16", "auto", "dynamic_int8", "prune50", "fused_optimizer")
+QUICK_TECHNIQUES = ("bf16", "fp16", "amp_auto", "int8_eager", "prune_channels50", "fused_optim")
 QUICK_RUNGS = {"ctr": ("xs", "s", "m", "xl")}
 QUICK_BATCH_DIVISOR = 4  # quick: a quarter of the workload's batch (the fits say per which batch)
 #: The batch of every rung of a ladder (fixed along it: the fits are per step at one batch). Full map: about
@@ -57,7 +57,7 @@ MAP_BATCH = {False: {"ctr": 512, "sequence": 64, "vision": 16, "transformer": 32
 #: torch.compile of a training step took 20-50 s on this 2-core box (cold Inductor cache), ~60 % of the full
 #: map's time when compiled at every rung; a PT2E int8 build (export, calibrate, Inductor with freezing) costs
 #: the same. Three rungs still span the ladder and give the fit two degrees.
-SPARSE_RUNGS = {t: ("xs", "m", "xl") for t in ("compile", "pt2e_static_int8", "int8_auto", "prune50_pt2e_int8")}
+SPARSE_RUNGS = {t: ("xs", "m", "xl") for t in ("compile", "int8_static", "int8_auto", "prune_channels50+int8_static")}
 #: Seconds of interleaved timing per rung x axis after which the rounds stop (at least 3 are always run):
 #: the xl rungs' 1-2 s steps made the full map take 45 min on this 2-core box at 5 fixed rounds.
 AXIS_BUDGET_S = {True: 8.0, False: 20.0}
@@ -204,7 +204,7 @@ def analyse(rows: list[dict[str, Any]], facts: list[dict[str, Any]]) -> dict[str
         for axis in AXES:
             here = [r for r in rows if r["workload"] == name and r["axis"] == axis]
             base_of = {r["rung"]: r["base_ms"] for r in here
-                       if r["base_ms"] is not None and r["technique"] != "workers"}
+                       if r["base_ms"] is not None and r["technique"] != "workers1"}
             base_line = fit_line([by_rung[(name, g)]["macs_per_sample"] for g in base_of], list(base_of.values())) \
                 if len(base_of) >= 2 else None
             for r in here:

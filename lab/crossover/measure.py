@@ -145,7 +145,7 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
         deadline = min(deadline or math.inf, t_time + budget_s)
     # warmup=0: every arm was warmed (and compiled) by its probe above.
     samples = interleaved_ms(arms, repeats=repeats, warmup=0, iters=iters, deadline=deadline, errors=errors)
-    if "auto" in techniques:
+    if "amp_auto" in techniques:
         settle_auto(arms, samples, iters, device=bench.inputs[0].device)
     if progress:
         rounds = max((len(v) for v in samples.values()), default=0)
@@ -163,7 +163,7 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
             rows.append(_skip_row(why, **here))
             continue
         note = bench.notes.get(tech, "")
-        if tech == "auto":
+        if tech == "amp_auto":
             low = {d: samples[d] for d in ("bf16", "fp16") if d in samples}
             choice, why = decide_auto({"fp32": base, **low}, {d: capability(d, "cpu") for d in low})
             not_timed = [f"{d}: {skipped[d]}" for d in ("bf16", "fp16") if d in techniques and d in skipped]
@@ -175,7 +175,7 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
         if tech == "int8_auto":
             rows.append(_int8_auto_row(bench.choices["int8_auto"], base, samples, errors, here))
             continue
-        if tech == "workers":
+        if tech == "workers1":
             if "workers_base" not in samples:
                 rows.append(_skip_row(errors.get("workers_base", "in-memory loader arm failed"), **here))
                 continue

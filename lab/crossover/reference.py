@@ -29,13 +29,13 @@ from lab.measure import count_macs, interleaved_ms, median, rounds_ratio_ci
 from lab.precision import PrecisionPolicy
 
 #: The techniques with a plain-PyTorch counterpart here, and the axes they are compared on.
-TECHNIQUES = {"bf16": (TRAIN, INFER), "dynamic_int8": (INFER,), "prune50": (TRAIN, INFER)}
+TECHNIQUES = {"bf16": (TRAIN, INFER), "int8_eager": (INFER,), "prune_channels50": (TRAIN, INFER)}
 #: Issue 15's targets at the largest dense rung (plain PyTorch measured these at w = 2048).
-TARGETS = {("bf16", TRAIN): 1.8, ("dynamic_int8", INFER): 2.5}
+TARGETS = {("bf16", TRAIN): 1.8, ("int8_eager", INFER): 2.5}
 PRUNE_TARGET_SHARE = 0.75  # channel pruning's speedup >= 0.75 x its MACs ratio
 #: The stacked arm: bf16 autocast with the fused Adam update (the step's fp32 optimizer part, which no dtype
 #: speeds up, is what keeps bf16 alone below the table's forward+backward figure).
-STACK = "bf16+fused_optimizer"
+STACK = "bf16+fused_optim"
 
 
 def _plain_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float, *, bf16: bool = False,
@@ -88,20 +88,21 @@ def plain_arms(bench: Bench, axis: str) -> dict[str, Arm]:
     if axis == TRAIN:
         arms = {"plain_base": _plain_train(copy.deepcopy(bench.model), x, y, bench.lr),
                 "plain_bf16": _plain_train(copy.deepcopy(bench.model), x, y, bench.lr, bf16=True),
-                "plain_prune50": _plain_train(half_width(bench.model), x, y, bench.lr),
+                "plain_prune_channels50": _plain_train(half_width(bench.model), x, y, bench.lr),
                 # Forward + backward without the optimizer: Adam's update is memory-bound and no dtype speeds
                 # it up, so this pair says how much of the gap to a matmul-only figure the optimizer explains.
                 "plain_fb_base": _plain_train(copy.deepcopy(bench.model), x, y, bench.lr, optimizer=False),
                 "plain_fb_bf16": _plain_train(copy.deepcopy(bench.model), x, y, bench.lr, bf16=True,
                                               optimizer=False),
                 # bf16 stacked with the fused Adam update: the optimizer part bf16 leaves alone, made cheaper.
-                "plain_bf16+fused_optimizer": _plain_train(copy.deepcopy(bench.model), x, y, bench.lr, bf16=True,
+                "plain_bf16+fused_optim": _plain_train(copy.deepcopy(bench.model), x, y, bench.lr, bf16=True,
                                                            fused=True)}
     else:
         eval_model = copy.deepcopy(bench.model).eval()
         int8 = torch.ao.quantization.quantize_dynamic(copy.deepcopy(eval_model), {nn.Linear}, dtype=torch.qint8)
         arms = {"plain_base": _plain_infer(eval_model, x), "plain_bf16": _plain_infer(eval_model, x, bf16=True),
-                "plain_dynamic_int8": _plain_infer(int8, x), "plain_prune50": _plain_infer(half_width(bench.model), x)}
+                "plain_int8_eager": _plain_infer(int8, x),
+                "plain_prune_channels50": _plain_infer(half_width(bench.model), x)}
     return arms
 
 
@@ -137,11 +138,11 @@ def compare(bench: Bench, *, repeats: int = 7, block_ms: float = 40.0, rung: str
             p_est, p_lo, p_hi = _ratio(samples["plain_base"], samples.get(f"plain_{tech}"))
             agrees = None if None in (lo, hi, p_lo, p_hi) else bool(lo <= p_hi and p_lo <= hi)
             target = TARGETS.get(("bf16" if tech == STACK else tech, axis))
-            if tech == "prune50":
+            if tech == "prune_channels50":
                 target = PRUNE_TARGET_SHARE * macs_ratio
             rows.append({"rung": rung, "technique": tech, "axis": axis, "lab": est, "lab_lo": lo, "lab_hi": hi,
                          "plain": p_est, "plain_lo": p_lo, "plain_hi": p_hi, "agrees": agrees, "target": target,
-                         "macs_ratio": macs_ratio if tech == "prune50" else None,
+                         "macs_ratio": macs_ratio if tech == "prune_channels50" else None,
                          "why": skipped.get(tech, "")})
         if axis == TRAIN:
             p_est, p_lo, p_hi = _ratio(samples["plain_fb_base"], samples.get("plain_fb_bf16"))

@@ -16,24 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from lab.crossover.mapping import agreement
+from lab.crossover.names import in_current_names
 from lab.result import to_jsonable
 
 GOAL_WORKLOAD = "mlp"
-TARGETS = {("bf16", "train_step"): 1.8, ("dynamic_int8", "inference"): 2.5}
+TARGETS = {("bf16", "train_step"): 1.8, ("int8_eager", "inference"): 2.5}
 PRUNE_SHARE_OF_MACS_RATIO = 0.75
 AGREEMENT_GOAL = 0.75
 #: Issue 30: an ``auto`` row reaches at least this share of its best candidate's speedup at the top rung.
 AUTO_SHARE_GOAL = 0.9
 #: Each ``auto`` technique of the map -> its axis and candidates (``fp32``: the baseline itself, 1.0x).
-AUTO_CANDIDATES = {"auto": ("train_step", ("fp32", "bf16", "fp16")),
-                   "int8_auto": ("inference", ("static_int8", "pt2e_static_int8"))}
+AUTO_CANDIDATES = {"amp_auto": ("train_step", ("fp32", "bf16", "fp16")),
+                   "int8_auto": ("inference", ("int8_static_legacy", "int8_static"))}
 _MACS_RATIO = re.compile(r"([0-9.]+)x fewer MACs")
 _STORED_RATIO = re.compile(r"int8 layers ([0-9.]+)x smaller as stored")
 #: Issue 30: int8 layers (PT2E's stored format) at least this many times smaller than in fp32.
 INT8_SIZE_GOAL = 3.9
 #: Issue 30's top-rung stack: channels 50 % + PT2E static int8, inference, on the vision ladder's top rung.
-STACK, STACK_PARTS, STACK_WORKLOAD, STACK_GOAL = ("prune50_pt2e_int8", ("prune50", "pt2e_static_int8"), "vision",
-                                                  5.0)
+STACK, STACK_PARTS, STACK_WORKLOAD, STACK_GOAL = ("prune_channels50+int8_static", ("prune_channels50", "int8_static"),
+                                                  "vision", 5.0)
 
 
 def _largest(rows: list[dict[str, Any]], workload: str, technique: str, axis: str) -> dict[str, Any] | None:
@@ -65,7 +66,7 @@ def figures(the_map: dict[str, Any]) -> list[dict[str, Any]]:
         if wl == GOAL_WORKLOAD and (tech, axis) in TARGETS:
             goal, met = f">= {TARGETS[(tech, axis)]:g}x", r["speedup"] >= TARGETS[(tech, axis)]
         match = _MACS_RATIO.search(r.get("why") or "")
-        if wl == GOAL_WORKLOAD and tech == "prune50" and match:
+        if wl == GOAL_WORKLOAD and tech == "prune_channels50" and match:
             need = PRUNE_SHARE_OF_MACS_RATIO * float(match.group(1))
             goal, met = f">= {need:.2f}x (0.75 x its MACs ratio)", r["speedup"] >= need
         if wl == STACK_WORKLOAD and tech == STACK:
@@ -98,11 +99,11 @@ def int8_size_figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     with the weights per output channel, so the top rung's wide layers are where the goal can hold."""
     out = []
     for wl in dict.fromkeys(r["workload"] for r in rows):
-        r = _largest(rows, wl, "pt2e_static_int8", "inference")
+        r = _largest(rows, wl, "int8_static", "inference")
         match = _STORED_RATIO.search((r or {}).get("why") or "")
         if match:
             value = float(match.group(1))
-            out.append(_figure(f"{wl} {r['rung']} ({r['params'] / 1e6:.2g} M params) pt2e_static_int8 int8 layers "
+            out.append(_figure(f"{wl} {r['rung']} ({r['params'] / 1e6:.2g} M params) int8_static int8 layers "
                                "size ratio", value, goal=f">= {INT8_SIZE_GOAL:g}x", met=value >= INT8_SIZE_GOAL,
                                note="fp32 bytes / int8 bytes of the int8 layers as PT2E stores them (int8 weights "
                                     "and zero points, fp32 scales and biases)"))
@@ -252,7 +253,7 @@ def load_maps(results_root: str | Path) -> list[tuple[str, dict[str, Any]]]:
         except (OSError, ValueError):
             continue
         if isinstance(the_map, dict) and "rows" in the_map:
-            out.append(((the_map.get("env") or {}).get("hardware_id") or path.parent.name, the_map))
+            out.append(((the_map.get("env") or {}).get("hardware_id") or path.parent.name, in_current_names(the_map)))
     return out
 
 

@@ -35,8 +35,8 @@ MIN_SAMPLES = 3  # docs/architecture.md rule 9: fewer samples, no interval, no v
 #: a middle rung, channel pruning, and the s rung and more rounds to the ladder.
 QUICK_WORKLOADS, FULL_WORKLOADS = ("transformer",), ("sequence", "vision", "transformer")
 QUICK_MAP_RUNGS, FULL_MAP_RUNGS = ("xs", "l"), ("xs", "m", "l")
-QUICK_TECHNIQUES, FULL_TECHNIQUES = ("bf16", "dynamic_int8", "fused_optimizer"), \
-    ("bf16", "dynamic_int8", "prune50", "fused_optimizer")
+QUICK_TECHNIQUES, FULL_TECHNIQUES = ("bf16", "int8_eager", "fused_optim"), \
+    ("bf16", "int8_eager", "prune_channels50", "fused_optim")
 #: (rungs, rounds, steps per run). The vision xl rung (11 M parameters, a stride-1 stem) costs ~5 s per step at
 #: 2 threads here, so rounds of it alone would exceed the 10 min budget; pass ``ladder_rungs`` to add it.
 QUICK_LADDER, FULL_LADDER = (("xs", "m", "l"), 3, 6), (("xs", "s", "m", "l"), 4, 10)
@@ -105,7 +105,7 @@ def compare_maps(map_1: dict[str, Any], map_n: dict[str, Any]) -> dict[str, Any]
     scaling, seen = [], set()
     for wl, rung, tech, axis in keys:
         a, b = one[(wl, rung, tech, axis)], many[(wl, rung, tech, axis)]
-        if tech == "workers" or (wl, rung, axis) in seen or a["base_ms"] is None or b["base_ms"] is None:
+        if tech == "workers1" or (wl, rung, axis) in seen or a["base_ms"] is None or b["base_ms"] is None:
             continue  # the workers row's base is its own loader-fed step, not the shared fp32 one
         seen.add((wl, rung, axis))
         s = _ratio(a["base_ms"], b["base_ms"])

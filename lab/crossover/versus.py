@@ -3,9 +3,9 @@
 The map predicts a technique's speedup at a model's size before anything is run (:mod:`.place`); an ablation
 (``lab.ablation.summarize``) then measures the step and inference speedups of the same techniques on that
 model. This puts the two side by side, one row per arm and axis, so a user (and the notebook) sees how far the
-map can be trusted for their model. Arm names are the technique registry's (``lab.recipes.TECHNIQUES``); the
-map's names differ where the map measures something narrower (its ``prune50`` removes channels; the
-registry's ``prune50`` is L1 masks, so ``prune_channels50`` is its counterpart).
+map can be trusted for their model. Arms and map rows share one vocabulary (:data:`lab.registry.OPTIONS`), so
+an arm is matched to the map's row of the same name; an arm the map does not time (``prune50``'s masks,
+``int8_dynamic``'s PT2E dynamic flow) gets no prediction rather than the nearest technique's.
 """
 
 from __future__ import annotations
@@ -14,26 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from lab.crossover.place import place_workload
+from lab.registry import OPTIONS
 
-#: Ablation arm (a technique of ``lab.recipes``) -> the map's technique.
-#: ``int8_static`` runs the default flow, PT2E compiled, so its counterpart is ``pt2e_static_int8`` (the map's
-#: ``static_int8`` is the legacy eager flow; a map without PT2E rows makes no prediction for it, not a wrong one).
-ARM_TO_TECHNIQUE = {"bf16": "bf16", "fp16": "fp16", "amp_auto": "auto", "int8_dynamic": "dynamic_int8",
-                    "int8_eager": "dynamic_int8", "int8_static": "pt2e_static_int8", "prune_channels50": "prune50",
-                    "compile": "compile", "fused_optim": "fused_optimizer", "workers2": "workers"}
 #: The map's axis -> the ablation table's speedup column.
 AXIS_COLUMN = {"train_step": "step_speedup", "inference": "infer_speedup"}
 
 
 def applies(technique: str, axis: str) -> bool:
-    """Whether the map's ``technique`` can change ``axis`` (its registry counterparts' axes,
-    ``lab.registry.TECHNIQUES``, filled by ``lab.recipes``): pruning is applied after training, so it is never
-    predicted on the training step. A technique without a registered counterpart is kept, and so is every
-    inference prediction (the map runs a precision's inference in that precision; the ablation's does not)."""
-    from lab.registry import TECHNIQUES
-
-    arms = [a for a, t in ARM_TO_TECHNIQUE.items() if t == technique and a in TECHNIQUES]
-    return axis != "train_step" or not arms or any(axis in TECHNIQUES[a].axes for a in arms)
+    """Whether a map row of ``technique`` (an option or a ``+``-joined stack) can change ``axis`` in a run (its
+    options' axes, :data:`lab.registry.OPTIONS`): pruning is applied after training, so it is never predicted on
+    the training step. A name that is no registered option is kept, and so is every inference prediction (the map
+    runs a precision's inference in that precision; the ablation's does not)."""
+    parts = [OPTIONS.get(p) for p in technique.split("+") if p in OPTIONS]
+    return axis != "train_step" or not parts or any(axis in o.axes for o in parts)
 
 
 def predicted_vs_measured(the_map: dict[str, Any], table: Any, workload: str, *, size: str = "small",
@@ -46,7 +39,7 @@ def predicted_vs_measured(the_map: dict[str, Any], table: Any, workload: str, *,
     records = table.to_dict("records") if hasattr(table, "to_dict") else list(table)
     out = []
     for rec in records:
-        tech = ARM_TO_TECHNIQUE.get(rec.get("arm"))
+        tech = rec.get("arm")
         for axis, col in AXIS_COLUMN.items():
             if tech is None or (tech, axis) not in pred:
                 continue

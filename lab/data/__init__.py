@@ -186,3 +186,4 @@ class DataLoading(Technique):
 
 
 TECHNIQUE = FAMILIES.register(DataLoading.name, DataLoading(), overwrite=True)  # overwrite: reload idempotent
+from lab.data import options  # noqa: E402, F401 - the family's option strings, registered with it

@@ -3,7 +3,7 @@
 Why a real run and not a static look at the model: the op mix of a step depends on the batch, the loader,
 the thread count and the machine (the same DLRM is embedding-bound at batch 128 and matmul-bound at 8192),
 so the doctor measures the user's own step, through the same :func:`lab.run` every ablation uses, with
-``profile=True`` (:func:`lab.profiling.profile_run`). Then every technique in :data:`lab.recipes.TECHNIQUES`
+``profile=True`` (:func:`lab.profiling.profile_run`). Then every technique in :data:`lab.registry.OPTIONS`
 that the capability gate and the config checks allow gets a prediction (:mod:`lab.doctor.predict`); the
 others are listed with the reason they were left out. Taught in ``notebooks/08_doctor.ipynb``.
 """
@@ -34,8 +34,9 @@ from lab.loop import to_device
 from lab.measure import limit_sentence, limit_sentences, load_card
 from lab.measure.profile import OP_CLASSES, Breakdown
 from lab.precision import capability, model_gate
-from lab.recipes import TECHNIQUES, Technique
+from lab.registry import OPTIONS
 from lab.result import RunResult
+from lab.technique import Option
 from lab.train import check, run
 
 #: What ``diagnose(measure=...)`` can time on the model itself when the user accepts the cost.
@@ -74,7 +75,7 @@ class Diagnosis:
                 "data_parallel": self.data_parallel.to_dict() if self.data_parallel else None}
 
 
-def gate(tech: Technique, cfg: RunConfig) -> str | None:
+def gate(tech: Option, cfg: RunConfig) -> str | None:
     """Why ``tech`` cannot be tried on ``cfg`` here (``None`` when it can): a config or machine check refuses
     it, the capability gate calls its precision emulated, or the baseline already uses it."""
     try:
@@ -96,7 +97,7 @@ def gate(tech: Technique, cfg: RunConfig) -> str | None:
     return None
 
 
-def calibrate(cfg: RunConfig, techniques: Sequence[Technique], measure: Sequence[str] = ()) -> Rates:
+def calibrate(cfg: RunConfig, techniques: Sequence[Option], measure: Sequence[str] = ()) -> Rates:
     """The on-the-spot rates the allowed ``techniques`` need, at this model's shapes and the run's threads;
     ``measure``: the whole-model measurements the user pays for (``"compile"``: this model compiled)."""
     wanted = {k: v for t in techniques for k, v in t.overrides.items()}
@@ -171,7 +172,7 @@ def _loader_ms(cfg: RunConfig, data: dict[str, Any], model: torch.nn.Module, inp
         return None
 
 
-def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Technique], macs: float,
+def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Option], macs: float,
                      workload: str, batches: dict[str, int]) -> dict[tuple[str, str], rates_.Rate]:
     """The map's rate of each technique on each axis, at this model's MACs and at the batch each axis runs at
     (``batches``: axis -> the training batch, the eval batch)."""
@@ -193,19 +194,19 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     bad = [m for m in measure if m not in MEASURABLE]
     if bad:
         raise ValueError(f"measure={bad} is invalid: allowed: {', '.join(MEASURABLE)}")
-    names = list(TECHNIQUES) if techniques is None else list(techniques)
-    unknown = [n for n in names if n not in TECHNIQUES]
+    names = list(OPTIONS) if techniques is None else list(techniques)
+    unknown = [n for n in names if n not in OPTIONS]
     if unknown:
-        raise ValueError(f"techniques={unknown} are unknown: allowed: {', '.join(TECHNIQUES)}")
+        raise ValueError(f"techniques={unknown} are unknown: allowed: {', '.join(OPTIONS)}")
     base = dataclasses.replace(cfg, profile=True)
     skipped: dict[str, str] = {}
     allowed = []
     for n in names:
-        why = gate(TECHNIQUES[n], cfg)
+        why = gate(OPTIONS[n], cfg)
         if why:
             skipped[n] = why
         else:
-            allowed.append(TECHNIQUES[n])
+            allowed.append(OPTIONS[n])
     result = run(base, progress=progress, on_error="record")
     if result.status == "error":
         raise ValueError(f"the profiled baseline failed: {result.error}")
@@ -259,7 +260,7 @@ def _card_dtype(overrides: dict[str, Any]) -> str | None:
     return "int8" if overrides.get("quant.method") in QuantConfig.INT8_METHODS else None
 
 
-def cite_machine_card(preds: list[Prediction], skipped: dict[str, str], techniques: Sequence[Technique],
+def cite_machine_card(preds: list[Prediction], skipped: dict[str, str], techniques: Sequence[Option],
                       hardware_id: str) -> str:
     """Set each bf16 / fp16 / int8 prediction and refusal against this machine's card (``lab machine``): the
     GEMM peak ratio is the most that technique can give a GEMM-bound step here. Returns the advice line."""
@@ -269,7 +270,7 @@ def cite_machine_card(preds: list[Prediction], skipped: dict[str, str], techniqu
                 "and the prescription then cites them")
     dtypes = {t.name: d for t in techniques if (d := _card_dtype(t.overrides))}
     for name, why in list(skipped.items()):
-        dtype = _card_dtype(TECHNIQUES[name].overrides) if name in TECHNIQUES else None
+        dtype = _card_dtype(OPTIONS[name].overrides) if name in OPTIONS else None
         limit = limit_sentence(card, dtype) if dtype else None
         if limit and why.startswith("capability gate"):
             skipped[name] = f"{why}; card: {limit}"

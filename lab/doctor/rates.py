@@ -34,26 +34,23 @@ import torch
 from torch import nn
 
 from lab.bench import BENCH_DIR
-from lab.crossover.versus import ARM_TO_TECHNIQUE
+from lab.crossover.names import in_current_names
 from lab.distributed.scaling import Link
 from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms
 
 CROSSOVER_AXES = ("train_step", "inference")
-#: A lab technique whose map counterpart changed: the map's names to try, first first. ``int8_static`` runs the
-#: default flow, PT2E compiled (issue 30 added its row, ``pt2e_static_int8``); a map from before that has only
-#: the legacy eager flow's ``static_int8``, the nearest it knows.
-PREFERRED_MAP_NAMES = {"int8_static": ("pt2e_static_int8", "static_int8")}
+#: An option the map has no row of its own for -> the map's row nearest to it, tried after its own name: PT2E
+#: dynamic int8 has no map row, the eager dynamic flow does; a map from before PT2E rows has only the eager static
+#: flow; the map times one loader worker, the lab's option two.
+NEAREST_MAP_ROW = {"int8_static": "int8_static_legacy", "int8_dynamic": "int8_eager", "workers2": "workers1"}
 
 
 def map_names(technique: str) -> tuple[str, ...]:
-    """The map's technique names that stand for the lab's ``technique``, preferred first; empty when the map has
-    no row for it. One table for the doctor and the map's own predicted-vs-measured view
-    (:data:`lab.crossover.versus.ARM_TO_TECHNIQUE`). Never the lab's own name by default: the two vocabularies
-    share words (the map's ``prune50`` removes channels, the lab's masks weights) that name different
-    techniques, and a rate read under the wrong name is a confident wrong prediction."""
-    if technique in PREFERRED_MAP_NAMES:
-        return PREFERRED_MAP_NAMES[technique]
-    return (ARM_TO_TECHNIQUE[technique],) if technique in ARM_TO_TECHNIQUE else ()
+    """The map's rows that stand for the option ``technique``, preferred first: its own name (the map and the lab
+    share one vocabulary, :data:`lab.registry.OPTIONS`), then :data:`NEAREST_MAP_ROW`'s. Never another option's
+    row otherwise: ``prune50`` (masks) has no map row, and reading channel pruning's rate for it would be a
+    confident wrong prediction."""
+    return (technique, NEAREST_MAP_ROW[technique]) if technique in NEAREST_MAP_ROW else (technique,)
 
 
 @dataclass(frozen=True)
@@ -89,6 +86,10 @@ class CrossoverMap:
     path: str = ""
     #: workload -> the batch its ladder was timed at (the map's ``rungs``): each fit is per call at that batch.
     batches: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # a map stored under the old names reads in today's (one vocabulary)
+        renamed = in_current_names({"rows": self.rows, "fits": self.fits})
+        self.rows, self.fits = renamed["rows"], renamed["fits"]
 
     def rate(self, technique: str, axis: str, macs_per_sample: float, workload: str | None = None,
              batch: int | None = None) -> Rate | None:
@@ -385,7 +386,7 @@ def tiny_op_us() -> float:
     return 1e3 * sorted(times["add"])[len(times["add"]) // 2]
 
 
-__all__ = ["map_names", "PREFERRED_MAP_NAMES", "CrossoverMap", "ONE", "Rate", "Shapes",
+__all__ = ["map_names", "NEAREST_MAP_ROW", "CrossoverMap", "ONE", "Rate", "Shapes",
            "crossover_advice", "crossover_path",
            "dominant_layers", "dynamic_int8_rate", "find_crossover", "find_link", "grad_scaler_rate", "load_crossover",
            "model_fwd_bwd_rate", "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]

@@ -77,7 +77,7 @@ def regime_figure(the_map: dict[str, Any], axis: str = "train_step", height: int
     seen: set[tuple[str, str]] = set()
     pts = []
     for r in the_map["rows"]:
-        if r["axis"] == axis and r["base_ms"] is not None and r["technique"] != "workers" \
+        if r["axis"] == axis and r["base_ms"] is not None and r["technique"] != "workers1" \
                 and (r["workload"], r["rung"]) not in seen:
             seen.add((r["workload"], r["rung"]))
             pts.append(r)
@@ -95,7 +95,7 @@ def regime_figure(the_map: dict[str, Any], axis: str = "train_step", height: int
 
 def reference_figure(reference: list[dict[str, Any]], height: int = 380) -> go.Figure:
     """The lab beside plain PyTorch (``map["reference"]``): per technique x axis two bars with their 95 % CI
-    whiskers, and the issue's target as a marker where there is one."""
+    whiskers, and the target as a marker where there is one."""
     from lab.plots.common import fig_title
 
     rows = [r for r in reference if r.get("plain") is not None]

@@ -73,3 +73,4 @@ class Precision(Technique):
 
 
 TECHNIQUE = FAMILIES.register(Precision.name, Precision(), overwrite=True)  # overwrite: reload stays idempotent
+from lab.precision import options  # noqa: E402, F401 - the family's option strings, registered with it

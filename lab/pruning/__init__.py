@@ -157,3 +157,4 @@ class Pruning(Technique):
 
 
 TECHNIQUE = FAMILIES.register(Pruning.name, Pruning(), overwrite=True)  # overwrite: reload stays idempotent
+from lab.pruning import options  # noqa: E402, F401 - the family's option strings, registered with it

@@ -133,3 +133,4 @@ class Quantization(Technique):
 
 
 TECHNIQUE = FAMILIES.register(Quantization.name, Quantization(), overwrite=True)  # overwrite: reload idempotent
+from lab.quant import options  # noqa: E402, F401 - the family's option strings, registered with it

@@ -1,5 +1,5 @@
-"""The technique registry and recipes: every entry is a valid config that really runs, stacks refuse
-conflicts, a factorial has 2^k arms, and a new technique joins a recipe by registration alone."""
+"""The option registry and recipes: every option is a valid config that really runs, stacks refuse
+conflicts, a factorial has 2^k arms, and a new option joins a recipe by registration alone."""
 
 from __future__ import annotations
 
@@ -8,17 +8,16 @@ import pytest
 from lab import RunConfig, run
 from lab.recipes import (
     RECIPES,
-    TECHNIQUES,
-    Technique,
     combine,
     data_loading,
     factorial,
     from_techniques,
+    get_option,
     get_recipe,
-    get_technique,
-    register_technique,
     stacked,
 )
+from lab.registry import OPTIONS
+from lab.technique import Option, register_option
 
 
 @pytest.fixture
@@ -26,9 +25,9 @@ def base(toy_workload) -> RunConfig:
     return RunConfig(workload="toy", size="tiny", threads=1, max_steps=6, latency_repeats=3)
 
 
-@pytest.mark.parametrize("name", sorted(TECHNIQUES))
+@pytest.mark.parametrize("name", sorted(OPTIONS))
 def test_every_technique_changes_the_config_and_runs(name, base):
-    cfg = base.with_overrides(**get_technique(name).overrides)
+    cfg = base.with_overrides(**get_option(name).overrides)
     assert cfg != base and cfg.enabled_families()  # a technique that changes nothing is a bug
     if cfg.compute.fast_kernels:  # a workload's own faster implementation: only ctr has one
         cfg = cfg.with_overrides(workload="ctr", size="tiny")
@@ -77,12 +76,12 @@ def test_factorial_has_all_subsets_and_refuses_conflicts(base):
 def test_a_new_loader_is_one_registration_not_an_app_change(base):
     name = "workers1_test"
     try:
-        register_technique(Technique(name, {"data.loader": "dataloader", "data.num_workers": 1}, "data"))
+        register_option(Option(name, {"data.loader": "dataloader", "data.num_workers": 1}, "data"))
         assert name in data_loading(base).arms
         with pytest.raises(ValueError, match="already registered"):
-            register_technique(Technique(name, {"data.num_workers": 1}, "data"))
+            register_option(Option(name, {"data.num_workers": 1}, "data"))
         with pytest.raises(ValueError):  # overrides are validated at registration
-            register_technique(Technique("bad_test", {"data.num_workers": -1}, "data"))
+            register_option(Option("bad_test", {"data.num_workers": -1}, "data"))
     finally:
-        TECHNIQUES.pop(name, None)
-        TECHNIQUES.pop("bad_test", None)
+        OPTIONS.pop(name, None)
+        OPTIONS.pop("bad_test", None)

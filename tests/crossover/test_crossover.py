@@ -14,7 +14,7 @@ from lab.crossover import ROW_KEYS, build_map, check_schema, describe, family_of
 def test_a_tiny_real_map_has_the_schema_and_one_row_per_rung_technique_axis(cpu_caps) -> None:
     """Where bf16 is native both bf16 rows are measured; where it is emulated (an AVX2 CPU) each bf16 row is
     measured and tagged "emulated", or absent with a reason that says it was emulated and too slow to time."""
-    the_map = build_map(["sequence"], ["bf16", "static_int8"], rungs={"sequence": ["xs", "s"]}, repeats=3,
+    the_map = build_map(["sequence"], ["bf16", "int8_static_legacy"], rungs={"sequence": ["xs", "s"]}, repeats=3,
                         batch_size={"sequence": 8})
     check_schema(the_map)
     assert the_map["env"]["hardware_id"] and the_map["env"]["torch_threads"] == 1

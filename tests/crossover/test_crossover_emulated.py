@@ -21,23 +21,23 @@ def _planted(native: set[str]):  # noqa: ANN202 - a capability() stand-in
 
 def test_emulated_low_precisions_are_named_with_the_reason(monkeypatch):
     monkeypatch.setattr(mapping, "capability", _planted(set()))
-    skips = mapping.emulated_skips(["bf16", "fp16", "auto", "prune50"])
+    skips = mapping.emulated_skips(["bf16", "fp16", "amp_auto", "prune_channels50"])
     assert set(skips) == {("bf16", "train_step"), ("bf16", "inference"), ("fp16", "train_step"), ("fp16", "inference")}
     assert all("is emulated here" in why and "planted" in why and "--include-emulated" in why for why in skips.values())
     monkeypatch.setattr(mapping, "capability", _planted({"bf16"}))
     assert set(mapping.emulated_skips(["bf16", "fp16"])) == {("fp16", "train_step"), ("fp16", "inference")}
-    assert mapping.emulated_skips(["prune50"]) == {}
+    assert mapping.emulated_skips(["prune_channels50"]) == {}
 
 
 @pytest.mark.parametrize("skip", [True, False])
 def test_the_quick_map_skips_emulated_cells_and_auto_keeps_fp32(monkeypatch, skip):
     monkeypatch.setattr(mapping, "capability", _planted(set()))
-    the_map = build_map(["sequence"], ["bf16", "auto", "fused_optimizer"], quick=True, rungs={"sequence": ["xs"]},
+    the_map = build_map(["sequence"], ["bf16", "amp_auto", "fused_optim"], quick=True, rungs={"sequence": ["xs"]},
                         repeats=3, batch_size={"sequence": 8}, skip_emulated=skip)
     check_schema(the_map)
     bf16 = [r for r in the_map["rows"] if r["technique"] == "bf16"]
-    auto = [r for r in the_map["rows"] if r["technique"] == "auto"]
-    fused = [r for r in the_map["rows"] if r["technique"] == "fused_optimizer"]
+    auto = [r for r in the_map["rows"] if r["technique"] == "amp_auto"]
+    fused = [r for r in the_map["rows"] if r["technique"] == "fused_optim"]
     assert len(bf16) == 2 and len(auto) == 1 and fused and fused[0]["speedup"] is not None
     if skip:
         assert the_map["skipped_emulated"] == ["bf16"]
@@ -57,10 +57,10 @@ def test_auto_asked_without_its_candidates_is_decided_from_fp32_only_where_neith
     it would hide the gain it is there to capture, so that cell is a skip that says to ask for it."""
     from lab.crossover import arms
     monkeypatch.setattr(arms, "capability", _planted(native))
-    the_map = build_map(["sequence"], ["auto", "fused_optimizer"], rungs={"sequence": ["xs"]}, repeats=3,
+    the_map = build_map(["sequence"], ["amp_auto", "fused_optim"], rungs={"sequence": ["xs"]}, repeats=3,
                         batch_size={"sequence": 8})
     check_schema(the_map)
-    (auto,) = [r for r in the_map["rows"] if r["technique"] == "auto"]
+    (auto,) = [r for r in the_map["rows"] if r["technique"] == "amp_auto"]
     if native:
         assert auto["speedup"] is None and "bf16 runs natively here; ask for them too" in auto["why"]
     else:
@@ -75,7 +75,7 @@ def test_only_an_arm_dropped_as_slow_is_skipped_on_the_rungs_above():
     slow = f"skipped: x9 {mapping.SLOW_MARK} (149 ms vs 16.7 ms): a layer without a fast fp16 kernel"
     rows = [
         {"technique": "fp16", "axis": "train_step", "speedup": None, "why": slow},
-        {"technique": "auto", "axis": "train_step", "speedup": 1.0,
+        {"technique": "amp_auto", "axis": "train_step", "speedup": 1.0,
          "why": f"auto chose fp32: ...; fp16: not measured above rung m, where it was x9 {mapping.SLOW_MARK}"},
         {"technique": "bf16", "axis": "train_step", "speedup": 2.1, "why": ""},
         {"technique": "compile", "axis": "train_step", "speedup": None, "why": "skipped: RuntimeError: boom"},
@@ -110,7 +110,7 @@ def test_one_slow_round_does_not_leave_auto_undecided(monkeypatch, native):
 
     monkeypatch.setattr(measure, "capability", _planted({"bf16"} if native else set()))
     calls = _planted_rounds(monkeypatch, 100.0, 50.0)
-    samples = {"base": [100.0] * 5, "bf16": [50.0] * 4 + [180.0], "prune50": [80.0] * 5}
+    samples = {"base": [100.0] * 5, "bf16": [50.0] * 4 + [180.0], "prune_channels50": [80.0] * 5}
     caps = {"bf16": measure.capability("bf16")}
     assert compare_arms({"fp32": samples["base"], "bf16": samples["bf16"]}, caps)["bf16"]["verdict"] == \
         ("undecided" if native else "skipped")
@@ -121,7 +121,7 @@ def test_one_slow_round_does_not_leave_auto_undecided(monkeypatch, native):
         assert added == 0 and len(samples["base"]) == 5
         return
     assert 1 <= added <= 3 and len(samples["base"]) == len(samples["bf16"]) <= measure.AUTO_MAX_ROUNDS
-    assert len(samples["prune50"]) == 5  # only auto's arms get the extra rounds
+    assert len(samples["prune_channels50"]) == 5  # only auto's arms get the extra rounds
     assert compare_arms({"fp32": samples["base"], "bf16": samples["bf16"]}, caps)["bf16"]["verdict"] == "pays"
 
 

@@ -113,7 +113,7 @@ def _synthetic_rows() -> tuple[list[dict], list[dict]]:
                   "axis": "train_step"}
         rows.append({**common, "technique": "bf16", "speedup": s, "ci_lo": s * 0.97, "ci_hi": s * 1.03,
                      "base_ms": b, "tech_ms": t, "why": ""})
-        rows.append({**common, "technique": "static_int8", "speedup": None, "ci_lo": None, "ci_hi": None,
+        rows.append({**common, "technique": "int8_static_legacy", "speedup": None, "ci_lo": None, "ci_hi": None,
                      "base_ms": None, "tech_ms": None, "why": "skipped: cannot change the train step"})
     return facts, rows
 
@@ -133,7 +133,7 @@ def test_analyse_finds_the_known_crossover_and_writes_the_schema(tmp_path) -> No
     tags = {r["rung"]: r["regime"] for r in out["rows"] if r["technique"] == "bf16"}
     assert tags["xs"] == "dispatch-bound" and tags["xl"] == "compute-bound"
     assert all(set(r) == set(ROW_KEYS) for r in out["rows"])
-    skipped = [r for r in out["rows"] if r["technique"] == "static_int8"]
+    skipped = [r for r in out["rows"] if r["technique"] == "int8_static_legacy"]
     assert all(r["speedup"] is None and r["why"].endswith("skipped: cannot change the train step") for r in skipped)
     path = write_map({**out, "env": {"hardware_id": "test"}}, tmp_path / "crossover.json")
     raw = json.loads(path.read_text())  # plain JSON: no NaN, readable without lab

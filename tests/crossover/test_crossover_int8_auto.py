@@ -38,7 +38,7 @@ def planted_flows(monkeypatch):
     return built
 
 
-@pytest.mark.parametrize("asked", [["int8_auto"], ["static_int8", "pt2e_static_int8", "int8_auto"]])
+@pytest.mark.parametrize("asked", [["int8_auto"], ["int8_static_legacy", "int8_static", "int8_auto"]])
 def test_int8_auto_row_is_the_probed_choice_timed_beside_both_candidates(planted_flows, asked):
     facts, rows = measure_rung(get_workload("mlp"), "xs", asked, repeats=3, batch_size=32)
     assert facts["workload"] == "mlp" and {r["axis"] for r in rows} == {"inference"}  # never the training step
@@ -68,18 +68,18 @@ def test_a_flow_the_model_cannot_take_is_not_a_candidate_and_the_row_says_why(pl
 
 
 def test_the_full_map_times_both_static_flows_and_auto_on_sparse_rungs_only():
-    assert {"static_int8", "pt2e_static_int8", "int8_auto"} <= set(arms.TECHNIQUES)
-    assert all(arms.TECHNIQUES[t] == (arms.INFER,) for t in ("pt2e_static_int8", "int8_auto"))
-    assert {"pt2e_static_int8", "int8_auto"} <= set(mapping.SPARSE_RUNGS)  # a PT2E build compiles
-    assert not {"pt2e_static_int8", "int8_auto"} & set(mapping.QUICK_TECHNIQUES)
+    assert {"int8_static_legacy", "int8_static", "int8_auto"} <= set(arms.TECHNIQUES)
+    assert all(arms.TECHNIQUES[t] == (arms.INFER,) for t in ("int8_static", "int8_auto"))
+    assert {"int8_static", "int8_auto"} <= set(mapping.SPARSE_RUNGS)  # a PT2E build compiles
+    assert not {"int8_static", "int8_auto"} & set(mapping.QUICK_TECHNIQUES)
 
 
 def test_a_map_with_int8_auto_passes_the_schema(planted_flows):
-    the_map = mapping.build_map(["mlp"], ["static_int8", "pt2e_static_int8", "int8_auto"], rungs={"mlp": ["xs", "s"]},
+    the_map = mapping.build_map(["mlp"], ["int8_static_legacy", "int8_static", "int8_auto"], rungs={"mlp": ["xs", "s"]},
                                 repeats=3, batch_size={"mlp": 32})
     check_schema(the_map)
     got = {(r["rung"], r["technique"]) for r in the_map["rows"] if r["speedup"] is not None}
-    assert {("xs", "int8_auto"), ("s", "int8_auto"), ("xs", "pt2e_static_int8")} <= got
+    assert {("xs", "int8_auto"), ("s", "int8_auto"), ("xs", "int8_static")} <= got
 
 
 def _row(rung, params, tech, axis, speedup):
@@ -90,20 +90,20 @@ def _row(rung, params, tech, axis, speedup):
 def test_auto_share_is_read_at_the_top_rung_against_the_best_candidate():
     from lab.crossover import report
 
-    rows = [_row("xs", 10, "auto", "train_step", 1.0), _row("xs", 10, "bf16", "train_step", 0.5),
-            _row("xl", 1000, "auto", "train_step", 1.0), _row("xl", 1000, "bf16", "train_step", 2.0),
+    rows = [_row("xs", 10, "amp_auto", "train_step", 1.0), _row("xs", 10, "bf16", "train_step", 0.5),
+            _row("xl", 1000, "amp_auto", "train_step", 1.0), _row("xl", 1000, "bf16", "train_step", 2.0),
             _row("xl", 1000, "fp16", "train_step", None),
-            _row("xl", 1000, "static_int8", "inference", 0.8), _row("xl", 1000, "pt2e_static_int8", "inference", 2.0),
+            _row("xl", 1000, "int8_static_legacy", "inference", 0.8), _row("xl", 1000, "int8_static", "inference", 2.0),
             _row("xl", 1000, "int8_auto", "inference", 2.0)]
-    kept_fp32 = report.auto_share(rows, "w", "auto")  # auto kept fp32 where bf16 was 2x: half the gain
+    kept_fp32 = report.auto_share(rows, "w", "amp_auto")  # auto kept fp32 where bf16 was 2x: half the gain
     assert kept_fp32["rung"] == "xl" and kept_fp32["best"] == "bf16" and kept_fp32["share"] == pytest.approx(0.5)
     assert kept_fp32["candidates"] == {"fp32": 1.0, "bf16": 2.0}  # fp16 unmeasured: not a candidate
     assert report.auto_share(rows, "w", "int8_auto")["share"] == pytest.approx(1.0)
     figs = {f["name"].split(") ")[1]: f for f in report.auto_share_figures(rows)}
-    assert figs["auto train step: share of the best candidate"]["met"] is False
+    assert figs["amp_auto train step: share of the best candidate"]["met"] is False
     assert figs["int8_auto inference: share of the best candidate"]["met"] is True
     # one candidate only: nothing to compare an int8 flow choice with
-    assert report.auto_share([r for r in rows if r["technique"] != "static_int8"], "w", "int8_auto") is None
+    assert report.auto_share([r for r in rows if r["technique"] != "int8_static_legacy"], "w", "int8_auto") is None
 
 
 @pytest.mark.capability
@@ -127,9 +127,9 @@ def test_a_pt2e_rows_note_gives_its_int8_mac_share_and_stored_size_within_the_fo
 def test_the_int8_size_figure_is_read_at_the_top_pt2e_row():
     from lab.crossover import report
 
-    rows = [{**_row("xs", 10, "pt2e_static_int8", "inference", 0.5), "why": "int8 layers 3.10x smaller as stored"},
-            {**_row("xl", 1000, "pt2e_static_int8", "inference", 4.0), "why": "x; int8 layers 3.97x smaller as stored"},
-            {**_row("xl", 1000, "static_int8", "inference", 4.0), "why": "int8 layers 9.99x smaller as stored"}]
+    rows = [{**_row("xs", 10, "int8_static", "inference", 0.5), "why": "int8 layers 3.10x smaller as stored"},
+            {**_row("xl", 1000, "int8_static", "inference", 4.0), "why": "x; int8 layers 3.97x smaller as stored"},
+            {**_row("xl", 1000, "int8_static_legacy", "inference", 4.0), "why": "int8 layers 9.99x smaller as stored"}]
     (fig,) = report.int8_size_figures(rows)
     assert fig["value"] == pytest.approx(3.97) and fig["met"] and "w xl" in fig["name"]
     rows[1]["why"] = "int8 layers 3.80x smaller as stored"

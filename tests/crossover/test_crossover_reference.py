@@ -34,8 +34,8 @@ def test_plain_arms_run_bf16_int8_and_leave_the_benchs_model_alone() -> None:
     bench = _bench()
     before = {k: v.clone() for k, v in bench.model.state_dict().items()}
     train = plain_arms(bench, TRAIN)
-    assert set(train) == {"plain_base", "plain_bf16", "plain_prune50", "plain_fb_base", "plain_fb_bf16",
-                          "plain_bf16+fused_optimizer"}
+    assert set(train) == {"plain_base", "plain_bf16", "plain_prune_channels50", "plain_fb_base", "plain_fb_bf16",
+                          "plain_bf16+fused_optim"}
     for arm in train.values():
         arm()
     assert all(torch.equal(before[k], v) for k, v in bench.model.state_dict().items())  # copies trained
@@ -53,7 +53,7 @@ def test_plain_arms_run_bf16_int8_and_leave_the_benchs_model_alone() -> None:
         infer["plain_bf16"]()
         assert torch.bfloat16 in dtypes  # autocast really ran the Linear layers in bf16
         kinds.clear()
-        infer["plain_dynamic_int8"]()
+        infer["plain_int8_eager"]()
     finally:
         hook.remove()
     assert any(".quantized.dynamic" in k for k in kinds), kinds  # the int8 arm calls dynamic int8 Linear layers
@@ -62,13 +62,13 @@ def test_plain_arms_run_bf16_int8_and_leave_the_benchs_model_alone() -> None:
 def test_a_tiny_real_comparison_has_a_row_per_technique_and_axis() -> None:
     rows = compare(_bench(), repeats=3, block_ms=1.0, rung="xs")
     got = {(r["technique"], r["axis"]) for r in rows}
-    assert got == {("bf16", TRAIN), ("prune50", TRAIN), ("bf16", INFER), ("dynamic_int8", INFER),
-                   ("prune50", INFER), ("bf16", "forward_backward"), ("bf16+fused_optimizer", TRAIN)}
+    assert got == {("bf16", TRAIN), ("prune_channels50", TRAIN), ("bf16", INFER), ("int8_eager", INFER),
+                   ("prune_channels50", INFER), ("bf16", "forward_backward"), ("bf16+fused_optim", TRAIN)}
     for r in rows:
         assert r["plain_lo"] <= r["plain"] <= r["plain_hi"]
         if r["lab"] is not None:
             assert r["lab_lo"] <= r["lab"] <= r["lab_hi"] and isinstance(r["agrees"], bool)
-    prune = next(r for r in rows if r["technique"] == "prune50" and r["axis"] == TRAIN)
+    prune = next(r for r in rows if r["technique"] == "prune_channels50" and r["axis"] == TRAIN)
     assert prune["macs_ratio"] > 1.5 and prune["target"] == pytest.approx(0.75 * prune["macs_ratio"])
     figs = reference_figures(rows)
     assert any(f["goal"] == "95 % intervals overlap" for f in figs)

@@ -21,8 +21,8 @@ def _out(model, inputs):
 
 def test_the_stack_quantizes_the_pruned_model_and_computes_what_it_computes():
     bench = make_bench(get_workload("mlp"), "xs", batch_size=32)
-    built, skipped = arms.build_arms(bench, ["prune50", "prune50_pt2e_int8"], arms.INFER)
-    assert not skipped and {"base", "prune50", "prune50_pt2e_int8"} <= set(built)
+    built, skipped = arms.build_arms(bench, ["prune_channels50", "prune_channels50+int8_static"], arms.INFER)
+    assert not skipped and {"base", "prune_channels50", "prune_channels50+int8_static"} <= set(built)
     model_q, info = bench.int8_models[("static", "pt2e", "pruned")]
     assert ("static", "pt2e") not in bench.int8_models  # the dense model was never quantized for this arm
     assert info["swap"]["swapped"], "no int8 layer in the stacked model"
@@ -37,9 +37,9 @@ def test_the_stack_quantizes_the_pruned_model_and_computes_what_it_computes():
     err = (got - ref).norm() / ref.norm()
     assert err < 0.1, f"int8 of the pruned model is {err:.3f} off the pruned fp32 model"
     assert err < (got - _out(copy.deepcopy(bench.model).eval(), x)).norm() / ref.norm()  # not the dense model's
-    note = bench.notes["prune50_pt2e_int8"]
+    note = bench.notes["prune_channels50+int8_static"]
     assert "fewer MACs" in note and "then int8 MAC share" in note
-    assert "prune50_pt2e_int8" in mapping.SPARSE_RUNGS and arms.TECHNIQUES["prune50_pt2e_int8"] == (arms.INFER,)
+    assert "prune_channels50+int8_static" in mapping.SPARSE_RUNGS and arms.TECHNIQUES["prune_channels50+int8_static"] == (arms.INFER,)
 
 
 def _row(tech, speedup, rung="xl", params=11e6):
@@ -49,10 +49,10 @@ def _row(tech, speedup, rung="xl", params=11e6):
 
 
 def test_the_stack_figure_holds_the_goal_and_names_its_parts_and_their_product():
-    rows = [_row("prune50", 3.6), _row("pt2e_static_int8", 4.3), _row("prune50_pt2e_int8", 13.4),
-            _row("prune50_pt2e_int8", 1.4, rung="xs", params=5e3)]
+    rows = [_row("prune_channels50", 3.6), _row("int8_static", 4.3), _row("prune_channels50+int8_static", 13.4),
+            _row("prune_channels50+int8_static", 1.4, rung="xs", params=5e3)]
     the_map = {"rows": rows, "crossovers": [], "reference": []}
-    (fig,) = [f for f in figures(the_map) if "prune50_pt2e_int8" in f["name"]]
+    (fig,) = [f for f in figures(the_map) if "prune_channels50+int8_static" in f["name"]]
     assert fig["value"] == 13.4 and fig["goal"] == f"> {STACK_GOAL:g}x" and fig["met"] is True  # the top rung
-    assert "prune50 3.60x, pt2e_static_int8 4.30x, product 15.48x, the stack 87% of it" in fig["note"]
+    assert "prune_channels50 3.60x, int8_static 4.30x, product 15.48x, the stack 87% of it" in fig["note"]
     assert stack_note(rows[:1] + rows[2:], rows[2]) == ""  # a part not measured at that rung: no product

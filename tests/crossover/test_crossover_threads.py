@@ -39,12 +39,12 @@ def _map(threads: int, rows: list[dict], crossovers: list[dict] | None = None) -
 def test_compare_finds_the_flip_and_the_baselines_thread_scaling() -> None:
     # bf16 pays at 1 thread on the large rung (1.3x) but not at 2 (the fp32 step gained 1.9x, bf16's 1.1x).
     one = _map(1, [_row("xs", "bf16", 0.8, 2.0, params=100), _row("l", "bf16", 1.3, 40.0, params=10**6),
-                   _row("l", "fused_optimizer", 1.1, 40.0, params=10**6), _row("xs", "fp16", None, 2.0, params=100)],
+                   _row("l", "fused_optim", 1.1, 40.0, params=10**6), _row("xs", "fp16", None, 2.0, params=100)],
                [{"workload": "w", "technique": "bf16", "axis": "train_step", "measured_rung": "l",
                  "measured_params": 10**6}])
     many = _map(2, [_row("xs", "bf16", 0.79, 1.98, params=100), _row("l", "bf16", 1.3 * 1.1 / 1.9, 40.0 / 1.9,
                                                                         params=10**6),
-                    _row("l", "fused_optimizer", 1.1, 40.0 / 1.9, params=10**6),
+                    _row("l", "fused_optim", 1.1, 40.0 / 1.9, params=10**6),
                     _row("xs", "fp16", 0.5, 1.98, params=100)],
                 [{"workload": "w", "technique": "bf16", "axis": "train_step", "measured_rung": None,
                   "measured_params": None}])
@@ -62,7 +62,7 @@ def test_compare_finds_the_flip_and_the_baselines_thread_scaling() -> None:
     assert "flips" in big["why"]
     # speedup at N = speedup at 1 x (technique's scaling / baseline's): the identity the why states
     assert big["speedup_n"] == pytest.approx(big["speedup_1"] * big["tech_scaling"] / big["base_scaling"])
-    assert not rows[("xs", "bf16")]["flipped"] and not rows[("l", "fused_optimizer")]["flipped"]
+    assert not rows[("xs", "bf16")]["flipped"] and not rows[("l", "fused_optim")]["flipped"]
     assert rows[("xs", "fp16")]["verdict_1"] == NO_VERDICT and not rows[("xs", "fp16")]["flipped"]
     assert [(f["rung"], f["technique"]) for f in out["flips"]] == [("l", "bf16")]
     assert out["headline"][0].startswith("1 of 3 technique verdicts") and "(1 of them from pays to loses" in \

@@ -137,7 +137,7 @@ def _versus_only(kind: str, dashboard: str) -> None:
 
 
 @pytest.mark.parametrize("kind, says", [("no_map", "No crossover map for this hardware id"),
-                                        ("no_arm", "No arm of this ablation has a counterpart"),
+                                        ("no_arm", "No arm of this ablation has a row of the same name"),
                                         ("unplaceable", "The map cannot place `ctr`")])
 def test_versus_without_a_map_an_arm_or_a_ladder_says_so_in_one_line(kind, says, tmp_path, monkeypatch):
     path = tmp_path / "crossover.json"

@@ -9,7 +9,7 @@ import pytest
 from lab import RunConfig
 from lab.doctor import CompileCost, Rate, Rates, diagnose, predict_technique
 from lab.measure.profile import OP_CLASSES, Breakdown
-from lab.recipes import TECHNIQUES
+from lab.registry import OPTIONS
 
 
 def _bd(step_ms: float = 10.0, **shares: float) -> Breakdown:
@@ -23,7 +23,7 @@ CHAIN = CompileCost(0.02, 0.015, 0.025, 0.5, 0.4, 0.6, compile_s_fixed=2.0, comp
 
 
 def _compile(rates: Rates):
-    t = TECHNIQUES["compile"]
+    t = OPTIONS["compile"]
     return predict_technique("compile", t.overrides, t.axes, _bd(matmul=0.3, elementwise=0.3, optimizer=0.2), None,
                              rates)
 

@@ -32,7 +32,7 @@ from lab.doctor import (
     top1_hit,
 )
 from lab.measure.profile import OP_CLASSES, Breakdown
-from lab.recipes import TECHNIQUES
+from lab.registry import OPTIONS
 from lab.workloads import Datasets, SizeSpec, Workload, register_workload
 
 
@@ -56,10 +56,10 @@ RATES = Rates(precision={("bf16", "linear"): Rate(2.0, 1.8, 2.2, "measured here:
 
 
 def _ranked(train: Breakdown, infer: Breakdown | None = None, rates: Rates = RATES) -> list:
-    names = [n for n in TECHNIQUES if n != "fast_kernels"]
-    prec = [predict_technique(n, TECHNIQUES[n].overrides, TECHNIQUES[n].axes, train, infer, rates)
+    names = [n for n in OPTIONS if n != "fast_kernels"]
+    prec = [predict_technique(n, OPTIONS[n].overrides, OPTIONS[n].axes, train, infer, rates)
             for n in ("bf16", "fp16")]
-    preds = [predict_technique(n, TECHNIQUES[n].overrides, TECHNIQUES[n].axes, train, infer, rates, prec)
+    preds = [predict_technique(n, OPTIONS[n].overrides, OPTIONS[n].axes, train, infer, rates, prec)
              for n in names]
     return rank([p for p in preds if p is not None])
 
@@ -91,7 +91,7 @@ def test_reads_in_flight_are_predicted_from_their_own_measurement_or_split_the_w
     """``parallel_reads`` and ``prefetch`` both use the thread loader: each reader count is its own prediction
     (one shared slot let the last measured overwrite the other's)."""
     b = _bd(data_wait=0.6, matmul=0.35, optimizer=0.05)
-    t_one, t_two = TECHNIQUES["prefetch"], TECHNIQUES["parallel_reads"]
+    t_one, t_two = OPTIONS["prefetch"], OPTIONS["parallel_reads"]
 
     def predict(t, rates):
         return predict_technique(t.name, t.overrides, t.axes, b, None, rates)
@@ -223,11 +223,11 @@ def test_the_gate_leaves_out_emulated_precision_and_what_the_baseline_has(monkey
     monkeypatch.setattr(diagnosis, "capability",
                         lambda dtype, device: Capability(dtype, "cpu", False, "no flags (test)"))
     base = RunConfig(workload="toy", size="tiny")
-    assert "capability gate: no native bf16" in diagnosis.gate(TECHNIQUES["bf16"], base)
-    assert diagnosis.gate(TECHNIQUES["prefetch"], base.with_overrides(**{"data.loader": "thread"})) == \
+    assert "capability gate: no native bf16" in diagnosis.gate(OPTIONS["bf16"], base)
+    assert diagnosis.gate(OPTIONS["prefetch"], base.with_overrides(**{"data.loader": "thread"})) == \
         "already in the baseline"
-    assert "fast_kernels" in diagnosis.gate(TECHNIQUES["fast_kernels"], base)  # toy has none: refused by check
-    assert diagnosis.gate(TECHNIQUES["fused_optim"], base) is None
+    assert "fast_kernels" in diagnosis.gate(OPTIONS["fast_kernels"], base)  # toy has none: refused by check
+    assert diagnosis.gate(OPTIONS["fused_optim"], base) is None
 
 
 def test_calibration_finds_the_dominant_layers_and_measures_their_rates():
@@ -285,27 +285,29 @@ def test_static_int8_reads_the_maps_pt2e_row_where_there_is_one_and_the_legacy_r
     assert both.rate("int8_static", "inference", 1e6, "vision").value == pytest.approx(4.0)  # PT2E's 4x
     legacy_only = CrossoverMap(env={}, rows=[], fits=[fit("static_int8", 2.0)])  # a map from before issue 30
     assert legacy_only.rate("int8_static", "inference", 1e6, "vision").value == pytest.approx(2.0)
-    assert both.rate("pt2e_static_int8", "inference", 1e6, "vision") is None  # a map name, not a lab technique
+    assert both.rate("pt2e_static_int8", "inference", 1e6, "vision") is None  # an old map name, not an option
 
 
-def test_every_map_technique_stands_for_a_lab_technique_and_shared_words_do_not_cross():
-    """The map's ``prune50`` removes channels; the lab's ``prune50`` masks weights (dense kernels skip nothing).
-    Reading the first's rate for the second would predict a speedup masks cannot give."""
+def test_every_map_technique_is_an_option_and_shared_words_do_not_cross():
+    """One vocabulary: every row the map times is a registered option (or a ``+`` stack of them), and the doctor
+    reads an option's own row or its stated nearest one, never another option's: ``prune50`` (masks) must not
+    read channel pruning's rate, which predicts a speedup masks cannot give. A map stored under the old names
+    (where ``prune50`` was channel pruning) reads in today's."""
     from lab.crossover.arms import TECHNIQUES as MAP_TECHNIQUES
-    from lab.crossover.versus import ARM_TO_TECHNIQUE
-    from lab.doctor.rates import CrossoverMap, map_names
-    from lab.recipes import TECHNIQUES as LAB_TECHNIQUES
+    from lab.doctor.rates import NEAREST_MAP_ROW, CrossoverMap, map_names
+    from lab.registry import OPTIONS
 
-    assert set(ARM_TO_TECHNIQUE) <= set(LAB_TECHNIQUES) and set(ARM_TO_TECHNIQUE.values()) <= set(MAP_TECHNIQUES)
-    named = {m for t in LAB_TECHNIQUES for m in map_names(t)}
-    assert named <= set(MAP_TECHNIQUES)
-    assert set(MAP_TECHNIQUES) - named <= {"int8_auto", "prune50_pt2e_int8"}  # map-only arms: no lab technique
-    assert map_names("int8_eager") == ("dynamic_int8",)  # legacy dynamic: the map's dynamic_int8 arm
-    cmap = CrossoverMap(env={}, rows=[], fits=[
+    assert all(part in OPTIONS for name in MAP_TECHNIQUES for part in name.split("+"))
+    named = {m for t in OPTIONS for m in map_names(t)} & set(MAP_TECHNIQUES)
+    assert set(MAP_TECHNIQUES) - named == {"prune_channels50+int8_static"}  # a stack: no single option reads it
+    assert all(map_names(t)[0] == t for t in OPTIONS)
+    assert set(NEAREST_MAP_ROW.values()) <= set(MAP_TECHNIQUES) and set(NEAREST_MAP_ROW) <= set(OPTIONS)
+    assert map_names("int8_dynamic") == ("int8_dynamic", "int8_eager")  # PT2E dynamic: no row, eager's nearest
+    old = CrossoverMap(env={}, rows=[], fits=[
         {"workload": "mlp", "technique": "prune50", "axis": "inference", "base_overhead_ms": 0.0,
          "base_ms_per_mmac": 4.0, "tech_overhead_ms": 0.0, "tech_ms_per_mmac": 1.0}])
-    assert cmap.rate("prune_channels50", "inference", 1e6, "mlp").value == pytest.approx(4.0)
-    assert cmap.rate("prune50", "inference", 1e6, "mlp") is None
+    assert old.rate("prune_channels50", "inference", 1e6, "mlp").value == pytest.approx(4.0)
+    assert old.rate("prune50", "inference", 1e6, "mlp") is None
 
 
 def test_crossover_loader_refuses_another_schema(tmp_path):
@@ -320,7 +322,7 @@ def test_crossover_loader_refuses_another_schema(tmp_path):
 
 def test_crossover_rates_replace_the_calibrated_ones():
     r = Rates(precision=dict(RATES.precision), crossover={("bf16", "train_step"): Rate(1.2, 1.1, 1.3, "crossover map")})
-    p = predict_technique("bf16", TECHNIQUES["bf16"].overrides, TECHNIQUES["bf16"].axes, _bd(matmul=1.0), None, r)
+    p = predict_technique("bf16", OPTIONS["bf16"].overrides, OPTIONS["bf16"].axes, _bd(matmul=1.0), None, r)
     assert p.speedup == pytest.approx(1.2) and "crossover map" in p.reason
 
 
@@ -445,7 +447,7 @@ def test_cli_doctor_bad_input_is_one_line_and_exit_2(toy_workload, capsys, argv)
 @pytest.mark.native_bf16
 def test_the_doctor_neither_prescribes_nor_verifies_fp16_on_convolutions_on_cpu() -> None:
     from lab.doctor.diagnosis import gate
-    from lab.recipes import TECHNIQUES as RECIPE_TECHNIQUES
+    from lab.registry import OPTIONS as RECIPE_TECHNIQUES
 
     vision = RunConfig(workload="vision", size="tiny", device="cpu")
     assert "fp16 convolution backward" in gate(RECIPE_TECHNIQUES["fp16"], vision)
@@ -458,7 +460,7 @@ def test_without_native_low_precision_the_doctor_names_the_missing_instructions(
     """The other side: on an AVX2-only CPU neither precision is predicted, and the reason names the flags that
     would make it native (not a model property such as fp16 convolutions)."""
     from lab.doctor.diagnosis import gate
-    from lab.recipes import TECHNIQUES as RECIPE_TECHNIQUES
+    from lab.registry import OPTIONS as RECIPE_TECHNIQUES
 
     for dtype, flag in (("bf16", "avx512_bf16"), ("fp16", "avx512_fp16")):
         why = gate(RECIPE_TECHNIQUES[dtype], RunConfig(workload="vision", size="tiny", device="cpu"))
@@ -506,7 +508,7 @@ def test_the_models_own_precision_rate_wins_and_covers_forward_and_backward_only
     r = dataclasses.replace(RATES, model_precision={"bf16": Rate(0.5, 0.4, 0.6, "measured here: model")},
                             crossover={("bf16", "train_step"): Rate(1.2, 1.1, 1.3, "crossover map")})
     b = _bd(matmul=0.3, elementwise=0.3, optimizer=0.3, data_wait=0.1)  # forward + backward: 60 %
-    p = predict_technique("bf16", TECHNIQUES["bf16"].overrides, TECHNIQUES["bf16"].axes, b, None, r)
+    p = predict_technique("bf16", OPTIONS["bf16"].overrides, OPTIONS["bf16"].axes, b, None, r)
     assert p.speedup == pytest.approx(1 / (0.4 + 0.6 / 0.5))
     assert p.lo < p.speedup < p.hi < 1 and "this model's forward + backward under bf16" in p.reason
     assert "outweighs" in p.reason
@@ -536,12 +538,12 @@ def test_loader_extra_ms_holds_at_least_the_read_it_cannot_hide_and_predicts_fro
     assert extra.value >= 3.0 and extra.lo <= extra.value <= extra.hi and "sleepy" in extra.source
     r = dataclasses.replace(RATES, thread_loader_ms=Rate(1.0, 0.5, 2.0, "measured here: test"))
     b = _bd(step_ms=10.0, data_wait=0.4, matmul=0.5)
-    p = predict_technique("prefetch", TECHNIQUES["prefetch"].overrides, TECHNIQUES["prefetch"].axes, b, None, r)
+    p = predict_technique("prefetch", OPTIONS["prefetch"].overrides, OPTIONS["prefetch"].axes, b, None, r)
     assert p.speedup == pytest.approx(10 / (6 + 1.0))
     assert p.lo == pytest.approx(10 / 8) and p.hi == pytest.approx(10 / 6.5)
     assert "a thread prefetcher added 1.00 ms" in p.reason and "data wait 40 %" in p.reason
     r = dataclasses.replace(RATES, worker_loader_ms={2: Rate(4.0, 3.0, 5.0, "measured here: test")})
-    w = predict_technique("workers2", TECHNIQUES["workers2"].overrides, TECHNIQUES["workers2"].axes, b, None, r)
+    w = predict_technique("workers2", OPTIONS["workers2"].overrides, OPTIONS["workers2"].axes, b, None, r)
     assert w.speedup == pytest.approx(10 / (6 + 4.0)) and "2 loader worker processes added 4.00 ms" in w.reason
 
 

@@ -19,7 +19,7 @@ from lab.doctor import (
     predict_technique,
 )
 from lab.measure.profile import OP_CLASSES, Breakdown
-from lab.recipes import TECHNIQUES
+from lab.registry import OPTIONS
 
 BORROWED = Rate(1.05, 0.9, 1.2, "crossover map (5 workload(s), 0.1 MMACs/sample)")
 OWN = Rate(1.3, 1.2, 1.4, "crossover map (same workload, 0.1 MMACs/sample)")
@@ -32,7 +32,7 @@ def _bd(step_ms: float = 10.0, **shares: float) -> Breakdown:
 
 
 def _predict(name: str, b: Breakdown, r: Rates):
-    t = TECHNIQUES[name]
+    t = OPTIONS[name]
     return predict_technique(name, t.overrides, t.axes, b, None, r)
 
 

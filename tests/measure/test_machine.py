@@ -307,9 +307,9 @@ def test_the_crossover_map_sets_low_precision_and_int8_rows_against_the_card(cac
 def test_the_doctor_cites_the_card_on_its_predictions_and_refusals(cache):
     from lab.doctor.amdahl import Prediction
     from lab.doctor.diagnosis import cite_machine_card
-    from lab.recipes import TECHNIQUES
+    from lab.registry import OPTIONS
 
-    techs = [TECHNIQUES["bf16"], TECHNIQUES["fused_adam"] if "fused_adam" in TECHNIQUES else TECHNIQUES["bf16"]]
+    techs = [OPTIONS["bf16"], OPTIONS["fused_adam"] if "fused_adam" in OPTIONS else OPTIONS["bf16"]]
     preds = [Prediction("bf16", "train_step", 1.2, 1.0, 1.4, "matmul share 60 %")]
     skipped = {"fp16": "capability gate: no native fp16 on this CPU (...)"}
     assert "no machine card" in cite_machine_card(list(preds), dict(skipped), techs, "x")
