@@ -39,7 +39,8 @@ def test_the_stack_quantizes_the_pruned_model_and_computes_what_it_computes():
     assert err < (got - _out(copy.deepcopy(bench.model).eval(), x)).norm() / ref.norm()  # not the dense model's
     note = bench.notes["prune_channels50+int8_static"]
     assert "fewer MACs" in note and "then int8 MAC share" in note
-    assert "prune_channels50+int8_static" in mapping.SPARSE_RUNGS and arms.TECHNIQUES["prune_channels50+int8_static"] == (arms.INFER,)
+    stack = "prune_channels50+int8_static"
+    assert stack in mapping.SPARSE_RUNGS and arms.TECHNIQUES[stack] == (arms.INFER,)
 
 
 def _row(tech, speedup, rung="xl", params=11e6):
