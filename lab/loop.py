@@ -147,6 +147,54 @@ def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, *,
     return torch.optim.SGD(params, lr=lr, momentum=0.9, **kwargs)
 
 
+def _unmarked(phase: str) -> None:
+    """No phase timer: a step timed as a whole (the crossover map's arms)."""
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
+               batches: Iterator[tuple[torch.Tensor, ...]], device: torch.device, *,
+               policy: StepPolicy | None = None, forward: Callable[..., torch.Tensor] | None = None,
+               ddp: DDPStep | None = None, accum: int = 1, mark: Callable[[str], None] = _unmarked,
+               comm_ms: list[float] | None = None) -> torch.Tensor | None:
+    """One optimizer step: ``accum`` micro-batches from ``batches`` (each moved to ``device``), forward + loss in
+    the policy's autocast, the policy's backward (all but the last micro-batch under DDP's ``no_sync``), the
+    policy's optimizer step, gradients cleared. Returns the step's loss (the mean over its micro-batches), or
+    ``None`` when ``batches`` ran out inside the accumulation (the partial step is dropped, gradients cleared).
+
+    The one step of the lab: :func:`fit` runs it with its phase timer's ``mark`` (data wait, forward, backward,
+    optimizer) and DDP's comm figures (``comm_ms``); the crossover map times it whole on a fixed batch
+    (:func:`lab.timed.timed_train`), so a map ratio is a ratio of the step a run takes."""
+    policy = PLAIN if policy is None else policy
+    forward = model if forward is None else forward
+    micro_losses = []
+    for micro in range(accum):
+        batch = next(batches, None)
+        if batch is None:
+            break
+        batch = to_device(batch, device)
+        mark("data_wait")
+        sync_ctx = ddp.no_sync(model) if ddp is not None and micro < accum - 1 else contextlib.nullcontext()
+        with sync_ctx:
+            with policy.autocast():  # forward + loss only; backward and step outside (seed-004 bug)
+                out = forward(*batch[:-1])
+                loss = loss_fn(out, batch[-1])
+            mark("forward")
+            policy.backward(loss / accum if accum > 1 else loss)
+            mark("backward")
+        micro_losses.append(loss)
+    if len(micro_losses) < accum:
+        optimizer.zero_grad(set_to_none=True)
+        return None
+    if accum > 1:
+        loss = torch.stack([m.detach() for m in micro_losses]).mean()
+    if ddp is not None and ddp.recorder is not None and comm_ms is not None:
+        comm_ms.append(ddp.recorder.end_step())
+    policy.step(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    mark("optimizer")
+    return loss
+
+
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: Workload, device: torch.device, *,
         epochs: int, max_steps: int | None = None, step_hooks: Sequence[StepHook] = (),
         progress: ProgressFn | None = None, phase: str = "train", policy: StepPolicy | None = None,
@@ -196,32 +244,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
             batches = skip_batches(loader, done_in_epoch) if done_in_epoch else iter(loader)
             while step < total_steps:
                 timer.start_step()
-                micro_losses = []
-                for micro in range(accum):
-                    batch = next(batches, None)
-                    if batch is None:
-                        break
-                    batch = to_device(batch, device)
-                    timer.mark("data_wait")
-                    sync_ctx = ddp.no_sync(model) if ddp is not None and micro < accum - 1 else contextlib.nullcontext()
-                    with sync_ctx:
-                        with policy.autocast():  # forward + loss only; backward and step outside (seed-004 bug)
-                            out = forward(*batch[:-1])
-                            loss = wl.loss(out, batch[-1])
-                        timer.mark("forward")
-                        policy.backward(loss / accum if accum > 1 else loss)
-                        timer.mark("backward")
-                    micro_losses.append(loss)
-                if len(micro_losses) < accum:  # epoch ended inside an accumulation: drop the partial step
-                    optimizer.zero_grad(set_to_none=True)
+                loss = train_step(model, optimizer, wl.loss, batches, device, policy=policy, forward=forward,
+                                  ddp=ddp, accum=accum, mark=timer.mark, comm_ms=comm_ms)
+                if loss is None:  # epoch ended inside an accumulation: the partial step was dropped
                     break
-                if accum > 1:
-                    loss = torch.stack([m.detach() for m in micro_losses]).mean()
-                if ddp is not None and ddp.recorder is not None:
-                    comm_ms.append(ddp.recorder.end_step())
-                policy.step(optimizer)
-                optimizer.zero_grad(set_to_none=True)
-                timer.mark("optimizer")
                 timer.end_step()
                 unread.append(loss.detach())
                 if len(unread) >= read_every or step + 1 >= total_steps:

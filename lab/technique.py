@@ -17,6 +17,7 @@ without knowing any family by name. The stages of a run, in order (docs/architec
     leave(ctx)                     leave the group of processes, in reverse order
     after_training(ctx, model)     rank 0: prune + fine-tune, quantize, record (int8 of a pruned model)
     report(result) -> dict         the family's section of ``result.details["techniques"]``
+    timed(option, bench, arm)      outside a run: the same change on one arm the crossover map times
 
 :class:`TechniqueChain` holds them in an explicit order: :data:`lab.registry.FAMILY_ORDER` names it, each
 package registers its technique in :data:`lab.registry.FAMILIES` when imported, and :func:`default_chain`
@@ -38,11 +39,13 @@ from torch import nn
 
 from lab.loop import DDPStep, FitStats, Loader, StepHook, StepPolicy
 from lab.registry import FAMILIES, FAMILY_ORDER, OPTIONS
+from lab.timed import NotTimed
 
 if TYPE_CHECKING:
     from lab.config import RunConfig
     from lab.context import TrainContext
     from lab.result import RunResult
+    from lab.timed import Bench, TimedArm
 
 
 #: The phase of ``--profile``'s captured steps (``lab.profiling.capture_training_profile``): a probe that must take
@@ -111,6 +114,12 @@ class Technique:
     def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         """Rank 0, after training: the final model (pruned, quantized) and the family's figures."""
         return model
+
+    def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
+        """Apply ``option`` (one of this family's) to one arm the crossover map times (:mod:`lab.timed`): the same
+        change a run makes, on the arm's model, policy, optimizer, forward or batches. Raise
+        :class:`lab.timed.NotTimed` with the reason where the option cannot change this arm."""
+        raise NotTimed(f"the {self.name} family has no timed arm for {option.name}")
 
     def replaces_model(self, cfg: RunConfig) -> bool:
         """Whether :meth:`after_training` hands on another model than training produced (so the final metric

@@ -22,11 +22,13 @@ kernels (a zero fill plus an atomic-add scatter, Inductor's lowering of ``index_
 
 from __future__ import annotations
 
+import copy
 import re
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from lab.config import RunConfig
@@ -35,7 +37,8 @@ from lab.loop import FitStats, StepHook
 from lab.measure.kernel_guards import compile_guard
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import PROFILE_PHASE, FitPlan, Technique
+from lab.technique import PROFILE_PHASE, FitPlan, Option, Technique
+from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 from lab.workloads import get_workload, list_workloads
 
 
@@ -43,6 +46,24 @@ class Compute(Technique):
     """Fused optimizer, fast kernels and ``torch.compile``: the same math, executed faster."""
 
     name = "compute"
+
+    def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
+        """A fused optimizer for the arm's step; ``torch.compile`` of its forward (training) or of a copy of its
+        model (inference; dynamo's cache is reset by the map once per rung, see :func:`lab.crossover.build_arms`).
+        Fast kernels are a workload's other implementation, not a change of the rung's model: not timed here."""
+        o = option.overrides
+        if o.get("compute.fast_kernels"):
+            raise NotTimed("fast kernels are the workload's other implementation; the map times each rung's model")
+        if o.get("compute.fused_optimizer"):
+            if arm.axis != TRAIN:
+                raise NotTimed(f"{option.name} changes the optimizer step: training only")
+            arm.fused = True
+        if o.get("compute.compile"):
+            compile_guard(bench.device)  # a native oneDNN bug on AVX2 CPUs (lab.measure.kernel_guards)
+            if arm.axis == TRAIN:
+                arm.forward = torch.compile(arm.model)
+            else:
+                arm.derive(torch.compile(copy.deepcopy(arm.model)), "compiled")
 
     def check(self, cfg: RunConfig) -> None:
         """Refuse what cannot run before any work: fast kernels for a workload without them; compile with DDP."""

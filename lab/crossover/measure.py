@@ -129,7 +129,7 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
     base_ms = _one_call_ms(arms["base"])
     iters = max(1, min(64, math.ceil(block_ms / max(base_ms, 1e-3))))
     errors: dict[str, str] = {}
-    for name in [n for n in arms if n not in ("base", "workers_base")]:
+    for name in [n for n in arms if n != "base" and not n.endswith("_base")]:
         try:
             ms = _one_call_ms(arms[name])
         except Exception as exc:  # noqa: BLE001 - reported as the technique's skip reason
@@ -175,13 +175,12 @@ def measure_axis(bench: Bench, techniques: list[str], axis: str, *, repeats: int
         if tech == "int8_auto":
             rows.append(_int8_auto_row(bench.choices["int8_auto"], base, samples, errors, here))
             continue
-        if tech == "workers1":
-            if "workers_base" not in samples:
-                rows.append(_skip_row(errors.get("workers_base", "in-memory loader arm failed"), **here))
+        own = f"{tech}_base"  # a family that feeds the step another way is timed against its own baseline
+        if own in samples or own in errors:
+            if own not in samples:
+                rows.append(_skip_row(errors.get(own, "its own baseline arm failed"), **here))
                 continue
-            note = ("vs the same step fed by the in-memory loader; 1 DataLoader worker process on the same "
-                    "cores as compute")
-            rows.append({**_row(samples["workers_base"], samples[tech], **here), "why": note})
+            rows.append({**_row(samples[own], samples[tech], **here), "why": note})
             continue
         rows.append({**_row(base, samples[tech], **here), "why": note})
     return rows

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lab.crossover.arms import INFER, TRAIN, Arm, Bench, build_arms, train_step
+from lab.crossover.arms import INFER, TRAIN, Arm, Bench, apply_options, build_arms
 from lab.measure import count_macs, interleaved_ms, median, rounds_ratio_ci
-from lab.precision import PrecisionPolicy
+from lab.timed import TimedArm, timed
 
 #: The techniques with a plain-PyTorch counterpart here, and the axes they are compared on.
 TECHNIQUES = {"bf16": (TRAIN, INFER), "int8_eager": (INFER,), "prune_channels50": (TRAIN, INFER)}
@@ -127,7 +127,7 @@ def compare(bench: Bench, *, repeats: int = 7, block_ms: float = 40.0, rung: str
         with torch.random.fork_rng():
             lab, skipped = build_arms(bench, techs, axis)
             if axis == TRAIN:  # a stack of two of the lab's techniques, as a run with both would train
-                lab[STACK] = train_step(bench, bench.model, policy=PrecisionPolicy(dtype="bf16"), fused=True)
+                lab[STACK] = timed(bench, apply_options(bench, TimedArm(TRAIN, bench.model), STACK))
             arms = {**lab, **plain_arms(bench, axis)}
             arms["base"]()
             base_ms = median([_once(arms["base"]) for _ in range(3)])

@@ -17,6 +17,7 @@ wait; with ``data.ideal_replay`` also the replay of cached batches through the s
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lab.config import RunConfig
+from lab.config import DataConfig, RunConfig
 from lab.context import TrainContext
 from lab.data.checkpoint import Checkpointer, checkpoints_root, load_checkpoint, resolve_checkpoint
 from lab.data.decode import Augment
@@ -39,7 +40,8 @@ from lab.data.studies.threads import recommend
 from lab.loop import Loader
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import FitPlan, Technique
+from lab.technique import FitPlan, Option, Technique
+from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
 __all__ = ["DATA_BOUND_SHARE", "DevicePrefetcher", "InMemoryLoader", "LoaderSpec", "NaiveLoader",
            "ShuffledBatchSampler", "TensorBatchDataset", "ThreadPrefetcher", "TECHNIQUE",
@@ -128,10 +130,31 @@ def _record_data_path(ctx: TrainContext, model: nn.Module) -> nn.Module:
     return model
 
 
+def _endless(bench: Bench, cfg: DataConfig) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """``next batch`` of an endless pass over the bench's training rows through the loader ``cfg`` builds."""
+    loader = make_loader(bench.train_rows, cfg, bench.batch_size, seed=0)
+    batches = itertools.chain.from_iterable(loader for _ in itertools.count())  # endless epochs
+    return lambda: next(batches)
+
+
 class DataLoading(Technique):
     """Every fit's loader from ``cfg.data`` (in memory or shard files), checkpoint / resume, the ideal bound."""
 
     name = "data"
+
+    def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
+        """The arm's step fed by a ``DataLoader`` with the option's worker processes (persistent, prefetch 2) over
+        the rung's training rows, against its own baseline: the same step fed by the in-memory loader (a loader
+        changes what feeds the step, so the fixed batch is not its baseline). Other loaders are not timed here."""
+        o = option.overrides
+        if arm.axis != TRAIN or o.get("data.loader") != "dataloader" or not o.get("data.num_workers"):
+            raise NotTimed(f"{option.name}: the map times DataLoader worker processes feeding the training step")
+        workers = int(o["data.num_workers"])
+        arm.own_baseline = arm.but(batches=_endless(bench, DataConfig()))
+        arm.batches = _endless(bench, DataConfig(loader="dataloader", num_workers=workers, persistent_workers=True,
+                                                 prefetch_factor=2))
+        arm.notes.append(f"vs the same step fed by the in-memory loader; {workers} DataLoader worker process"
+                         f"{'es' if workers > 1 else ''} on the same cores as compute")
 
     def check(self, cfg: RunConfig) -> None:
         """A ``--resume`` checkpoint must exist and have been written by this config, before any work."""

@@ -37,6 +37,7 @@ from lab.bench import BENCH_DIR
 from lab.crossover.names import in_current_names
 from lab.distributed.scaling import Link
 from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms
+from lab.precision import PrecisionPolicy
 
 CROSSOVER_AXES = ("train_step", "inference")
 #: An option the map has no row of its own for -> the map's row nearest to it, tried after its own name: PT2E
@@ -263,12 +264,13 @@ def dominant_layers(model: nn.Module, batch: Sequence[torch.Tensor]) -> Shapes:
     return Shapes(**{k: (v[1], v[2]) for k, v in seen.items()})
 
 
-def _fwd_bwd(mod: nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> Callable[[], None]:
-    dev = x.device.type
+def _fwd_bwd(mod: nn.Module, x: torch.Tensor, dtype: str) -> Callable[[], None]:
+    """One forward + backward of ``mod`` on ``x`` under the run's own precision policy for ``dtype`` (its
+    autocast region: the same casts a run's step pays; fp32 runs outside any autocast, as a run's does)."""
+    policy = PrecisionPolicy(dtype=dtype, device_type=x.device.type)
 
     def call() -> None:
-        ctx = torch.autocast(dev, dtype=dtype) if dtype is not None else torch.autocast(dev, enabled=False)
-        with ctx:
+        with policy.autocast():
             out = mod(x)
         out = out[0] if isinstance(out, tuple) else out
         out.float().sum().backward()
@@ -281,7 +283,6 @@ def precision_rates(shapes: Shapes, dtypes: Sequence[str]) -> dict[tuple[str, st
     an input already in the low precision (as a later layer of a conv stack sees it) predicted worse on this
     machine's Linear models (docs/doctor.md), so it was dropped."""
     out: dict[tuple[str, str], Rate] = {}
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for kind in ("linear", "conv", "rnn"):
         found = getattr(shapes, kind)
         if found is None:
@@ -289,8 +290,8 @@ def precision_rates(shapes: Shapes, dtypes: Sequence[str]) -> dict[tuple[str, st
         mod, shape = found
         mod = copy.deepcopy(mod).float().train()
         x = torch.randn(shape, device=next(mod.parameters()).device)
-        arms = {"fp32": _fwd_bwd(mod, x, None)}
-        arms.update({d: _fwd_bwd(mod, x, torch_dtype[d]) for d in dtypes})
+        arms = {"fp32": _fwd_bwd(mod, x, "fp32")}
+        arms.update({d: _fwd_bwd(mod, x, d) for d in dtypes})
         errors: dict[str, str] = {}
         times = _time_arms(arms, errors=errors)
         for d in dtypes:

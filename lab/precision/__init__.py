@@ -17,13 +17,14 @@ from lab.context import TrainContext
 from lab.precision import auto, gate, policy, resolve
 from lab.precision.auto import *  # noqa: F403 - the names in its __all__
 from lab.precision.gate import *  # noqa: F403 - the names in its __all__
-from lab.precision.gate import NotApplicable, model_gate
+from lab.precision.gate import NotApplicable, capability, model_gate
 from lab.precision.policy import *  # noqa: F403 - the names in its __all__
-from lab.precision.policy import match_fp32_modules
+from lab.precision.policy import PrecisionPolicy, match_fp32_modules
 from lab.precision.resolve import policy_for
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import FitPlan, Technique
+from lab.technique import FitPlan, Option, Technique
+from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
 __all__ = [*auto.__all__, *gate.__all__, *policy.__all__, *resolve.__all__, "Precision", "TECHNIQUE"]
 
@@ -62,6 +63,28 @@ class Precision(Technique):
                                       f"{policy.device_type} has no {policy.dtype} rule for them")
 
         plan.finished.append(record)
+
+    def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
+        """Training: the run's policy for the dtype (autocast around forward + loss, GradScaler for fp16), refused
+        where the run's own gate refuses it (fp16 convolution backward has no fast CPU kernel); inference: the
+        call under that autocast. An emulated dtype is timed anyway and says so. ``auto`` is no arm: the map
+        decides it from the bf16 / fp16 arms' samples."""
+        dtype = option.overrides.get("precision.dtype", "fp32")
+        if dtype not in ("bf16", "fp16"):
+            raise NotTimed(f"{option.name} is decided from the bf16 / fp16 arms, not timed itself")
+        device_type = bench.device.type
+        if arm.axis == TRAIN:
+            refused = model_gate(arm.model, dtype, device_type)
+            if refused:
+                raise NotTimed(f"does not apply here: {refused}")
+        cap = capability(dtype, "cpu" if device_type == "cpu" else bench.device)
+        if not cap.native:
+            arm.notes.append(f"emulated here ({cap.reason}); measured anyway")
+        policy = PrecisionPolicy(dtype=dtype)
+        if arm.axis == TRAIN:
+            arm.policy = policy
+        else:
+            arm.autocast = policy.autocast
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """What ran and why: requested and resolved dtype, the gate's verdict, the ``auto`` decision."""

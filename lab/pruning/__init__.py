@@ -43,9 +43,11 @@ from lab.pruning.report import *  # noqa: F403 - the names in its __all__
 from lab.pruning.report import record
 from lab.pruning.schedule import *  # noqa: F403 - the names in its __all__
 from lab.pruning.schedule import GradualPruner
+from lab.pruning.timed import channels_removed
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import Technique
+from lab.technique import Option, Technique
+from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
 __all__ = [*channels.__all__, *masks.__all__, *report_.__all__, *schedule.__all__, "Pruning", "TECHNIQUE"]
 
@@ -122,6 +124,19 @@ class Pruning(Technique):
     """Masks or channel removal after training (or a gradual ramp during it), then a fine-tune."""
 
     name = "pruning"
+
+    def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
+        """The arm runs a copy of the rung's model with the option's share of channels removed
+        (:func:`lab.pruning.timed.channels_removed`). Masks are not timed: they change no kernel's work."""
+        o = option.overrides
+        if o.get("prune.method") != "structured_channels":
+            raise NotTimed(f"{option.name} masks weights in place: dense kernels do the same work, so the map "
+                           "times channel pruning only")
+        if arm.derived:
+            raise NotTimed(f"{option.name} prunes the rung's own model, not one already {arm.derived[-1]}")
+        model, note = channels_removed(bench, float(o["prune.amount"]))
+        arm.notes.append(note)
+        arm.derive(model if arm.axis == TRAIN else model.eval(), "pruned")
 
     def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
         """Check ``prune.layers`` (and what the method can prune) against a fresh model, before any training."""

@@ -33,9 +33,11 @@ from lab.quant.report import measure_against_float
 from lab.quant.storage import *  # noqa: F403 - the names in its __all__
 from lab.quant.swap import *  # noqa: F403 - the names in its __all__
 from lab.quant.swap import check_model
+from lab.quant.timed import int8_built, int8_share_note
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import Technique
+from lab.technique import Option, Technique
+from lab.timed import INFER, Bench, NotTimed, TimedArm
 
 __all__ = [*fair.__all__, *flow_auto.__all__, *graph.__all__, *int8.__all__, *numerics.__all__, *pt2e.__all__,
            *report_.__all__, *storage.__all__, *swap.__all__, "Quantization", "TECHNIQUE"]
@@ -78,6 +80,21 @@ class Quantization(Technique):
     """Int8 of the trained model (QAT fine-tunes with fake-quant first), measured against its float model."""
 
     name = "quant"
+
+    def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
+        """The arm calls the int8 model of its model (built once per rung, :func:`lab.quant.timed.int8_built`),
+        with the share of MACs that runs in int8 as its note. Inference only: int8 after training does not touch
+        the training step; ``auto`` flows and QAT are not a conversion of the arm's model."""
+        method = option.overrides.get("quant.method", "none")
+        flow = option.overrides.get("quant.flow", QuantConfig().flow)
+        if arm.axis != INFER:
+            raise NotTimed(f"{option.name} quantizes the trained model: it changes inference, not the training step")
+        if method not in ("dynamic", "static") or flow == "auto":
+            raise NotTimed(f"{option.name} is not one conversion of the arm's model (QAT trains; auto chooses)")
+        pruned = arm.model.eval() if arm.derived else None
+        model_q, info = int8_built(bench, method, flow, pruned=pruned, derived=arm.derived)
+        arm.notes.append(int8_share_note(bench, model_q, info))
+        arm.derive(model_q, "int8")
 
     def check(self, cfg: RunConfig) -> None:
         """Refuse int8 combinations this machine cannot run, before any training (torchao missing for the

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+import lab.quant
 from lab.crossover import arms, check_schema, mapping
 from lab.crossover.measure import measure_rung
 from lab.workloads import get_workload
@@ -24,17 +25,18 @@ def planted_flows(monkeypatch):
     """``(method, flow) -> model`` without PT2E's compile: legacy = real dynamic int8, pt2e = the float copy."""
     built: list[tuple[str, str]] = []
 
-    def int8_built(bench, method, flow="legacy"):
-        key = (method, flow)
-        if key not in bench.int8_models:
-            built.append(key)
+    def int8_built(bench, method, flow="legacy", pruned=None, derived=()):
+        key = ("int8", method, flow)
+        if key not in bench.built:
+            built.append(key[1:])
             float_model = copy.deepcopy(bench.model).eval()
             model = torch.ao.quantization.quantize_dynamic(float_model, {nn.Linear}, dtype=torch.qint8) \
                 if flow == "legacy" else float_model
-            bench.int8_models[key] = (model, {"flow": flow, "method": method})
-        return bench.int8_models[key]
+            bench.built[key] = (model, {"flow": flow, "method": method})
+        return bench.built[key]
 
-    monkeypatch.setattr(arms, "_int8_built", int8_built)
+    monkeypatch.setattr(arms, "int8_built", int8_built)  # the probe's builder and the arms' (the quant family's)
+    monkeypatch.setattr(lab.quant, "int8_built", int8_built)
     return built
 
 
@@ -114,10 +116,11 @@ def test_a_pt2e_rows_note_gives_its_int8_mac_share_and_stored_size_within_the_fo
 
     from lab.crossover.measure import make_bench
     from lab.quant import size_bound
+    from lab.quant.timed import int8_built, int8_share_note
 
     bench = make_bench(get_workload("mlp"), "xs", batch_size=32)
-    model, info = arms._int8_built(bench, "static", "pt2e")
-    note = arms.int8_share_note(bench, model, info)
+    model, info = int8_built(bench, "static", "pt2e")
+    note = int8_share_note(bench, model, info)
     assert "int8 MAC share 100% (MAC bound 4.00x)" in note
     ratio = float(re.search(r"int8 layers ([0-9.]+)x smaller as stored", note).group(1))
     widest = max(m.in_features for m in bench.model.modules() if isinstance(m, nn.Linear))

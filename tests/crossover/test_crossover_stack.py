@@ -10,6 +10,7 @@ import torch
 from lab.crossover import arms, mapping
 from lab.crossover.measure import make_bench
 from lab.crossover.report import STACK_GOAL, figures, stack_note
+from lab.pruning.timed import channels_removed
 from lab.quant import converted_graph
 from lab.workloads import get_workload
 
@@ -23,10 +24,10 @@ def test_the_stack_quantizes_the_pruned_model_and_computes_what_it_computes():
     bench = make_bench(get_workload("mlp"), "xs", batch_size=32)
     built, skipped = arms.build_arms(bench, ["prune_channels50", "prune_channels50+int8_static"], arms.INFER)
     assert not skipped and {"base", "prune_channels50", "prune_channels50+int8_static"} <= set(built)
-    model_q, info = bench.int8_models[("static", "pt2e", "pruned")]
-    assert ("static", "pt2e") not in bench.int8_models  # the dense model was never quantized for this arm
+    model_q, info = bench.built[("int8", "static", "pt2e", "pruned")]
+    assert ("int8", "static", "pt2e") not in bench.built  # the dense model was never quantized for this arm
     assert info["swap"]["swapped"], "no int8 layer in the stacked model"
-    pruned = arms._pruned(bench).eval()
+    pruned = channels_removed(bench, 0.5)[0].eval()
     dense_params = sum(p.numel() for p in bench.model.parameters())
     assert sum(p.numel() for p in pruned.parameters()) < 0.5 * dense_params
     graph = converted_graph(model_q)
