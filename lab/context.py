@@ -127,7 +127,7 @@ class TrainContext:
     result: RunResult
     techniques: TechniqueChain = field(default_factory=default_chain)
     progress: ProgressFn | None = None
-    ddp: Any = None  # lab.distributed.DDPRuntime when data-parallel (set by its join stage); None = one process
+    ddp: Any = None  # lab.distributed.DDPRuntime when data-parallel (set by its launcher's join); None = one process
     state: dict[str, Any] = field(default_factory=dict)
 
     @property

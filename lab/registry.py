@@ -1,13 +1,14 @@
 """The registries: the single source of every name a user can type or a test can parametrise over.
 
 One module, one :class:`Registry` class, for: workloads (:data:`WORKLOADS`), technique families
-(:data:`FAMILIES`, in :data:`FAMILY_ORDER`), the technique options an ablation stacks (:data:`OPTIONS`) and
-its recipes (:data:`RECIPES`), loaders (:data:`LOADERS`), storage presets (:data:`STORAGES`) and the doctor's
-predictors (:data:`PREDICTORS`). Why a bottom-layer module: ``lab.config`` validates names and sits below the
-packages that own what the names mean. So the registries live here, the owning module registers its entries
-when it is imported (``import lab`` imports every package), and config validation, CLI choices, dashboard
-lists, the doctor and parametrised tests all read ``REGISTRY.names()``. A name appears in the code exactly
-once: where it is registered (timm's ``register_model`` -> ``list_models()`` -> ``create_model``).
+(:data:`FAMILIES`, in :data:`FAMILY_ORDER`) and their launchers (:data:`LAUNCHERS`), the technique options an
+ablation stacks (:data:`OPTIONS`) and its recipes (:data:`RECIPES`), loaders (:data:`LOADERS`), storage presets
+(:data:`STORAGES`) and the doctor's predictors (:data:`PREDICTORS`). Why a bottom-layer module: ``lab.config``
+validates names and sits below the packages that own what the names mean. So the registries live here, the
+owning module registers its entries when it is imported (``import lab`` imports every package), and config
+validation, CLI choices, dashboard lists, the doctor and parametrised tests all read ``REGISTRY.names()``. A
+name appears in the code exactly once: where it is registered (timm's ``register_model`` -> ``list_models()``
+-> ``create_model``).
 """
 
 from __future__ import annotations
@@ -104,8 +105,12 @@ LOADERS: Registry = Registry("data.loader")
 STORAGES: Registry = Registry("data.storage")
 #: Technique family names -> :class:`lab.technique.Technique` (each package registers its own when imported).
 FAMILIES: Registry = Registry("technique family")
+#: Technique family names -> :class:`lab.technique.Launcher`: how a run of that family starts and ends its processes
+#: (data-parallel spawns ranks, joins and leaves their group, wraps the model in DDP). Only a family that runs on
+#: several processes registers one, under its family name; :meth:`lab.technique.TechniqueChain.launcher` picks it.
+LAUNCHERS: Registry = Registry("launcher")
 #: The order a run applies the families in (:func:`lab.technique.default_chain`): data builds the loader that
 #: distributed slices; compute swaps in fast kernels before pruning sees the model; pruning before quantization
-#: (int8 of a pruned model, never pruning of an int8 one); distributed wraps last and unwraps first. A new family
-#: is one package that registers itself plus its name here.
+#: (int8 of a pruned model, never pruning of an int8 one). A new family is one package that registers itself plus
+#: its name here.
 FAMILY_ORDER = ("data", "compute", "precision", "pruning", "quant", "distributed")

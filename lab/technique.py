@@ -1,4 +1,5 @@
-"""One technique protocol: what a technique family plugs into a run, and the ordered chain that runs them.
+"""One technique protocol: what a technique family plugs into a run, the ordered chain that runs them, and the
+launcher that starts and ends the run's processes.
 
 Why one protocol: every family (data loading, compute options, mixed precision, pruning, quantization,
 data-parallel training) changes a run at the same few moments, so :class:`Technique` names those moments once,
@@ -6,25 +7,32 @@ each a no-op by default; a family overrides only the ones it needs, and :mod:`la
 without knowing any family by name. The stages of a run, in order (docs/architecture.md section 3)::
 
     check(cfg)                     before any work: what the config asks of this machine
-    launch(cfg, run) -> result     start the run in other processes instead (data-parallel spawn); else None
-    join(ctx)                      enter the run's group of processes (data-parallel)
     preflight(ctx, model)          what needs the data or a fresh model, refused before training
     before_training(ctx, model)    the model a run trains (fast kernels, masks) and its step hooks
-    wrap(ctx, model)               after the untrained evaluation: the training wrapper (DDP)
     fit_options(ctx, model, plan)  every fit: the optimizer, policy, forward, DDP step it runs with
     loader_factory(ctx, make)      every fit's loader, each family wrapping the one before it
-    unwrap(ctx, model)             after the fit, in reverse order
-    leave(ctx)                     leave the group of processes, in reverse order
     after_training(ctx, model)     rank 0: prune + fine-tune, quantize, record (int8 of a pruned model)
     report(result) -> dict         the family's section of ``result.details["techniques"]``
     timed(option, bench, arm)      outside a run: the same change on one arm the crossover map times
 
-:class:`TechniqueChain` holds them in an explicit order: :data:`lab.registry.FAMILY_ORDER` names it, each
-package registers its technique in :data:`lab.registry.FAMILIES` when imported, and :func:`default_chain`
-builds the chain that :func:`lab.train.run` passes to :func:`lab.context.prepare`. A new family is one package
-(``lab/<name>/`` with a :class:`Technique` subclass registered in ``FAMILIES``) and its name in
-``FAMILY_ORDER``. A caller can pass its own chain (a test adds a toy technique that way). Validation lives only
-in ``check`` and ``preflight``.
+Why a launcher apart: starting the run's processes, joining and leaving their group and wrapping the model for
+them concern one family (data-parallel), not every family's step, so they are not stages every family carries
+(torchtitan keeps parallelism apart from its narrow ``ModelConverter`` protocol). A :class:`Launcher` is the
+strategy the run uses for them; the run takes the one :meth:`TechniqueChain.launcher` picks::
+
+    launch(cfg, run) -> result     after check: start the run in other processes instead (spawn); else None
+    join(ctx)                      after prepare: enter the run's group of processes
+    wrap(ctx, model)               after the untrained evaluation: the training wrapper (DDP)
+    unwrap(ctx, model)             after the fit
+    leave(ctx)                     after --profile: leave the group of processes
+
+:class:`TechniqueChain` holds the techniques in an explicit order: :data:`lab.registry.FAMILY_ORDER` names it,
+each package registers its technique in :data:`lab.registry.FAMILIES` (and a launcher, if it has one, in
+:data:`lab.registry.LAUNCHERS` under the same name) when imported, and :func:`default_chain` builds the chain
+that :func:`lab.train.run` passes to :func:`lab.context.prepare`. A new family is one package (``lab/<name>/``
+with a :class:`Technique` subclass registered in ``FAMILIES``) and its name in ``FAMILY_ORDER``. A caller can
+pass its own chain (a test adds a toy technique that way). Validation lives only in ``check`` and
+``preflight``.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import torch
 from torch import nn
 
 from lab.loop import DDPStep, FitStats, Loader, StepHook, StepPolicy
-from lab.registry import FAMILIES, FAMILY_ORDER, OPTIONS
+from lab.registry import FAMILIES, FAMILY_ORDER, LAUNCHERS, OPTIONS
 from lab.timed import NotTimed
 
 if TYPE_CHECKING:
@@ -78,13 +86,6 @@ class Technique:
     def check(self, cfg: RunConfig) -> None:
         """Refuse what cannot run on this machine, before any data is made or any process started."""
 
-    def launch(self, cfg: RunConfig, run: Callable[[RunConfig], RunResult]) -> RunResult | None:
-        """Run ``cfg`` elsewhere (e.g. one process per rank, each calling ``run``) and return rank 0's result."""
-        return None
-
-    def join(self, ctx: TrainContext) -> None:
-        """Enter the run's group of processes."""
-
     def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
         """Refuse what the data or a fresh model makes impossible (a layer name that matches nothing)."""
 
@@ -99,17 +100,6 @@ class Technique:
     def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
         """The model to train and the step hooks its loop calls."""
         return model, []
-
-    def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
-        """The training wrapper, applied after the untrained model was evaluated."""
-        return model
-
-    def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
-        """Undo :meth:`wrap` after training."""
-        return model
-
-    def leave(self, ctx: TrainContext) -> None:
-        """Leave what :meth:`join` entered (every rank at the same point)."""
 
     def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         """Rank 0, after training: the final model (pruned, quantized) and the family's figures."""
@@ -129,6 +119,41 @@ class Technique:
     def report(self, result: RunResult) -> dict[str, Any] | None:
         """A short summary of what the family did in ``result`` (``None``: nothing to say)."""
         return None
+
+
+class Launcher:
+    """How a run starts and ends its processes: a single process by default, every method a no-op.
+
+    A family that runs on several processes registers one in :data:`lab.registry.LAUNCHERS` under its family
+    name; :meth:`TechniqueChain.launcher` picks the first of the chain's whose :meth:`applies` to the config.
+    One instance serves every run (keep a run's own state in ``ctx.state``)."""
+
+    def applies(self, cfg: RunConfig) -> bool:
+        """Whether this launcher runs ``cfg`` (read before any work, in the launching process and in each rank)."""
+        return True
+
+    def launch(self, cfg: RunConfig, run: Callable[[RunConfig], RunResult]) -> RunResult | None:
+        """Run ``cfg`` elsewhere (e.g. one process per rank, each calling ``run``) and return rank 0's result;
+        ``None``: this process runs it."""
+        return None
+
+    def join(self, ctx: TrainContext) -> None:
+        """Enter the run's group of processes (every rank), after :func:`lab.context.prepare`."""
+
+    def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """The training wrapper, applied after the untrained model was evaluated."""
+        return model
+
+    def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """Undo :meth:`wrap` after training."""
+        return model
+
+    def leave(self, ctx: TrainContext) -> None:
+        """Leave what :meth:`join` entered (every rank at the same point)."""
+
+
+#: The launcher of a run no registered launcher applies to: one process, nothing to join, no wrapper.
+SINGLE_PROCESS = Launcher()
 
 
 #: The axes an option can change: the training step, end-to-end training, inference, stored size. An ablation arm
@@ -192,8 +217,8 @@ def register_options(*options: Option) -> None:
 
 
 class TechniqueChain(Sequence[Technique]):
-    """Techniques in the order their contributions apply; each stage runs them all (unwrap and leave in
-    reverse). The one place a run reaches the families."""
+    """Techniques in the order their contributions apply; each stage runs them all. The one place a run reaches
+    the families (and, through :meth:`launcher`, their launchers)."""
 
     def __init__(self, techniques: Iterable[Technique]) -> None:
         self._items = tuple(techniques)
@@ -223,16 +248,14 @@ class TechniqueChain(Sequence[Technique]):
         for t in self._items:
             t.check(cfg)
 
-    def launch(self, cfg: RunConfig, run: Callable[[RunConfig], RunResult]) -> RunResult | None:
+    def launcher(self, cfg: RunConfig) -> Launcher:
+        """The launcher ``cfg`` runs under: the first one registered in :data:`lab.registry.LAUNCHERS` under the
+        name of a family in this chain (in chain order) that :meth:`Launcher.applies` to ``cfg``, else
+        :data:`SINGLE_PROCESS`. A chain without the family runs without its launcher."""
         for t in self._items:
-            launched = t.launch(cfg, run)
-            if launched is not None:
-                return launched
-        return None
-
-    def join(self, ctx: TrainContext) -> None:
-        for t in self._items:
-            t.join(ctx)
+            if t.name in LAUNCHERS and LAUNCHERS.get(t.name).applies(cfg):
+                return LAUNCHERS.get(t.name)
+        return SINGLE_PROCESS
 
     def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
         for t in self._items:
@@ -256,20 +279,6 @@ class TechniqueChain(Sequence[Technique]):
             model, more = t.before_training(ctx, model)
             hooks.extend(more)
         return model, hooks
-
-    def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
-        for t in self._items:
-            model = t.wrap(ctx, model)
-        return model
-
-    def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
-        for t in reversed(self._items):
-            model = t.unwrap(ctx, model)
-        return model
-
-    def leave(self, ctx: TrainContext) -> None:
-        for t in reversed(self._items):
-            t.leave(ctx)
 
     def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         for t in self._items:
@@ -304,5 +313,5 @@ def default_chain() -> TechniqueChain:
     return TechniqueChain(FAMILIES.get(n) for n in FAMILY_ORDER)
 
 
-__all__ = ["AFTER_TRAINING", "AXES", "PROFILE_PHASE", "TRAINING", "FitPlan", "Option", "Technique", "TechniqueChain",
-           "default_chain", "register_option", "register_options"]
+__all__ = ["AFTER_TRAINING", "AXES", "PROFILE_PHASE", "SINGLE_PROCESS", "TRAINING", "FitPlan", "Launcher", "Option",
+           "Technique", "TechniqueChain", "default_chain", "register_option", "register_options"]

@@ -1,12 +1,14 @@
 """``run(cfg) -> RunResult``: the run flow, top to bottom. Every technique in the lab is measured through it.
 
-Check every technique before any work -> (launch the ranks elsewhere, or) :func:`lab.context.prepare` the data,
-threads and result record -> join the group of processes -> preflight -> the model -> each technique's
-``before_training`` -> evaluate the untrained model -> ``wrap`` -> ``ctx.fit`` (the loop, with the loader,
-precision and compile the techniques contribute) -> ``unwrap`` -> ``--profile`` -> ``leave`` -> rank 0:
-``after_training`` (prune + fine-tune, then quantize: int8 of a pruned model, never pruning of an int8 one) ->
-evaluate and judge -> measure the final model. The stages are :class:`lab.technique.Technique`'s; the
-techniques come as one ordered :class:`lab.technique.TechniqueChain`, and nothing here names one.
+Check every technique before any work -> pick the run's launcher (:meth:`lab.technique.TechniqueChain.launcher`)
+-> ``launch`` (the ranks elsewhere, or) :func:`lab.context.prepare` the data, threads and result record ->
+``join`` the group of processes -> preflight -> the model -> each technique's ``before_training`` -> evaluate the
+untrained model -> ``wrap`` -> ``ctx.fit`` (the loop, with the loader, precision and compile the techniques
+contribute) -> ``unwrap`` -> ``--profile`` -> ``leave`` -> rank 0: ``after_training`` (prune + fine-tune, then
+quantize: int8 of a pruned model, never pruning of an int8 one) -> evaluate and judge -> measure the final model.
+``launch``, ``join``, ``wrap``, ``unwrap`` and ``leave`` are the launcher's (:class:`lab.technique.Launcher`),
+the other stages :class:`lab.technique.Technique`'s; the techniques come as one ordered
+:class:`lab.technique.TechniqueChain`, which also picks the launcher, and nothing here names a family.
 
 Run it: ``python -m lab run --workload ctr --size small`` (notebooks/00_tour.ipynb walks through it).
 """
@@ -24,7 +26,7 @@ from lab.context import TrainContext, prepare, resolve_device
 from lab.loop import ProgressFn, to_device
 from lab.profiling import capture_training_profile, profile_run
 from lab.result import RunResult, health
-from lab.technique import TechniqueChain, default_chain
+from lab.technique import Launcher, TechniqueChain, default_chain
 from lab.workloads.contract import check_contract
 
 
@@ -49,14 +51,15 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
         raise ValueError(f"on_error={on_error!r} is invalid: allowed: raise, record")
     chain = default_chain() if techniques is None else techniques
     check(cfg, chain)
-    launched = chain.launch(cfg, run)  # data-parallel without a launcher: one process per rank, each back here
+    launcher = chain.launcher(cfg)  # single process, unless a family's launcher applies (data-parallel)
+    launched = launcher.launch(cfg, run)  # ranks nobody started (no torchrun): one process each, each back here
     if launched is not None:
         return launched
     with prepare(cfg, progress=progress, techniques=chain) as ctx:
-        chain.join(ctx)
+        launcher.join(ctx)
         preflight(ctx)  # what needs the data or the model: refused before training, never an error row
         try:
-            train_and_measure(ctx)
+            train_and_measure(ctx, launcher)
         except Exception as exc:
             if on_error == "raise":
                 raise
@@ -87,8 +90,9 @@ def preflight(ctx: TrainContext) -> None:
     ctx.techniques.preflight(ctx, model)
 
 
-def train_and_measure(ctx: TrainContext) -> None:
-    """The run after its checks: train, evaluate, judge and measure, recording into ``ctx.result``."""
+def train_and_measure(ctx: TrainContext, launcher: Launcher) -> None:
+    """The run after its checks: train, evaluate, judge and measure, recording into ``ctx.result``; ``launcher``
+    (the one that joined) wraps the model for the fit and leaves the group of processes after it."""
     cfg, r, result, chain = ctx.cfg, ctx.resolved, ctx.result, ctx.techniques
     say = ctx.progress or (lambda event: None)
     result.details.update({
@@ -103,11 +107,11 @@ def train_and_measure(ctx: TrainContext) -> None:
         before = ctx.evaluate(model)
         result.metric_before = before[r.workload.metric_name]
         say({"phase": "eval_before", "metrics": before})
-    model = chain.wrap(ctx, model)
+    model = launcher.wrap(ctx, model)
     stats = ctx.fit(model, epochs=r.epochs, lr=r.lr, max_steps=cfg.max_steps, step_hooks=hooks)
-    model = chain.unwrap(ctx, model)
+    model = launcher.unwrap(ctx, model)
     captured = capture_training_profile(ctx, model) if cfg.profile else None  # every rank, before leaving
-    chain.leave(ctx)
+    launcher.leave(ctx)
     if not ctx.is_main_rank:
         return
     result.train_time_s, result.steps, result.losses = stats.time_s, stats.steps, stats.losses

@@ -6,10 +6,12 @@ poorly") can only be checked by running real DistributedDataParallel and timing 
 :mod:`.ddp` is DDP in the one loop; :mod:`.scaling` is the alpha-beta model that projects the measurements to
 N workers; :mod:`.checks` holds the worker functions the tests, notebook and benchmark spawn.
 
-The family's technique (:class:`DataParallel`, see :mod:`lab.technique`) has stages of its own: ``launch`` spawns
-the ranks, ``join`` enters the process group, ``loader_factory`` slices every rank's share of the global batch,
-``fit_options`` hands the loop the DDP runtime, ``wrap`` wraps the model (after the untrained evaluation),
-``unwrap`` unwraps it and records ``result.details["ddp"]``, ``leave`` leaves the group. Taught in
+The family plugs into a run twice (see :mod:`lab.technique`). Its launcher (:class:`DataParallelLauncher`,
+registered in :data:`lab.registry.LAUNCHERS`) starts and ends the run's processes: ``launch`` spawns the ranks,
+``join`` enters the process group, ``wrap`` wraps the model (after the untrained evaluation), ``unwrap`` unwraps it
+and records ``result.details["ddp"]``, ``leave`` leaves the group. Its technique (:class:`DataParallel`) is what
+is per step: ``check`` refuses what cannot run, ``loader_factory`` slices every rank's share of the global batch,
+``fit_options`` hands the loop the DDP runtime, ``report`` summarises. Taught in
 ``notebooks/05_distributed.ipynb``."""
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from lab.distributed.ddp import RankSlicedLoader, describe, setup_for_run, unwra
 from lab.distributed.launch import *  # noqa: F403 - the names in its __all__
 from lab.distributed.launch import check_spawn_world_size, detect_launch, finish, resolve_backend, spawn_run
 from lab.loop import Loader
-from lab.registry import FAMILIES
+from lab.registry import FAMILIES, LAUNCHERS
 from lab.result import RunResult
-from lab.technique import PROFILE_PHASE, FitPlan, Technique
+from lab.technique import PROFILE_PHASE, FitPlan, Launcher, Technique
 
-__all__ = [*ddp.__all__, *launch.__all__, "DataParallel", "PROFILE_PHASE", "TECHNIQUE", "profiled"]
+__all__ = [*ddp.__all__, *launch.__all__, "DataParallel", "DataParallelLauncher", "LAUNCHER", "PROFILE_PHASE",
+           "TECHNIQUE", "profiled"]
 
 
 def _distributed(ctx: TrainContext) -> bool:
@@ -57,19 +60,16 @@ def profiled(ctx: TrainContext, model: nn.Module) -> Iterator[nn.Module]:
         ctx.ddp = saved
 
 
-class DataParallel(Technique):
-    """DistributedDataParallel over several processes (and ``no_sync`` gradient accumulation in one)."""
+class DataParallelLauncher(Launcher):
+    """How a data-parallel run starts and ends its processes: spawn the ranks (unless torchrun or srun did), join
+    and leave their process group, wrap the model in DistributedDataParallel for the fit. Also single-process
+    gradient accumulation (``ddp.grad_accum_steps`` > 1), whose ``no_sync`` runtime ``join`` sets up."""
 
-    name = "distributed"
-
-    def check(self, cfg: RunConfig) -> None:
-        """Refuse a backend this machine cannot run (NCCL without CUDA), and more ranks than this machine may
-        spawn (:func:`lab.distributed.launch.check_spawn_world_size`), before spawning any rank."""
-        if cfg.ddp.enabled:
-            device = resolve_device(cfg.device)
-            resolve_backend(cfg.ddp.backend, device)
-            if cfg.ddp.world_size > 1 and not detect_launch().distributed:  # spawned here, not by torchrun / srun
-                check_spawn_world_size(cfg.ddp.world_size, device)
+    def applies(self, cfg: RunConfig) -> bool:
+        """Several ranks or accumulation asked for, or a launcher (torchrun, srun) started this process as a rank:
+        otherwise ``join`` would find nothing to join (:func:`lab.distributed.ddp.setup_for_run`) and every other
+        method would do nothing, which is the single-process launcher."""
+        return cfg.ddp.enabled or detect_launch().distributed
 
     def launch(self, cfg: RunConfig, run: Callable[[RunConfig], RunResult]) -> RunResult | None:
         """Several ranks asked for and no launcher started them: spawn one process per rank, each calling
@@ -81,22 +81,6 @@ class DataParallel(Technique):
     def join(self, ctx: TrainContext) -> None:
         """Join the process group (every rank), or set up single-process accumulation; ``ctx.ddp`` says which."""
         ctx.ddp, ctx.state["ddp.created_group"] = setup_for_run(ctx.cfg, ctx.device)
-
-    def loader_factory(self, ctx: TrainContext, make: Callable[[int], Loader] | None
-                       ) -> Callable[[int], Loader] | None:
-        """Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice;
-        with ``ddp.shard`` set, each rank reads its own shard at its own batch size (the data technique builds
-        it)."""
-        if make is None or not _distributed(ctx) or ctx.cfg.ddp.shard != "batch":
-            return make  # with ddp.shard, the data technique already built this rank's loader over its own shard
-        info = ctx.ddp.info
-        return lambda batch_size: RankSlicedLoader(make(batch_size * info.world_size), info.rank, info.world_size)
-
-    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
-        """The loop's ``ddp`` argument: ``no_sync`` accumulation and the comm timing (not for a probe, except the
-        profiled steps, which must be the run's step)."""
-        if not plan.probe or plan.phase == PROFILE_PHASE:
-            plan.ddp = ctx.ddp
 
     def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         """Wrap in DistributedDataParallel when there are several ranks (after the untrained evaluation)."""
@@ -114,6 +98,38 @@ class DataParallel(Technique):
         if ctx.state.pop("ddp.created_group", False):
             finish()
 
+
+class DataParallel(Technique):
+    """DistributedDataParallel over several processes (and ``no_sync`` gradient accumulation in one), per step: its
+    processes are :class:`DataParallelLauncher`'s."""
+
+    name = "distributed"
+
+    def check(self, cfg: RunConfig) -> None:
+        """Refuse a backend this machine cannot run (NCCL without CUDA), and more ranks than this machine may
+        spawn (:func:`lab.distributed.launch.check_spawn_world_size`), before spawning any rank."""
+        if cfg.ddp.enabled:
+            device = resolve_device(cfg.device)
+            resolve_backend(cfg.ddp.backend, device)
+            if cfg.ddp.world_size > 1 and not detect_launch().distributed:  # spawned here, not by torchrun / srun
+                check_spawn_world_size(cfg.ddp.world_size, device)
+
+    def loader_factory(self, ctx: TrainContext, make: Callable[[int], Loader] | None
+                       ) -> Callable[[int], Loader] | None:
+        """Data-parallel: every rank walks the same global batches (batch x world size) and keeps its slice;
+        with ``ddp.shard`` set, each rank reads its own shard at its own batch size (the data technique builds
+        it)."""
+        if make is None or not _distributed(ctx) or ctx.cfg.ddp.shard != "batch":
+            return make  # with ddp.shard, the data technique already built this rank's loader over its own shard
+        info = ctx.ddp.info
+        return lambda batch_size: RankSlicedLoader(make(batch_size * info.world_size), info.rank, info.world_size)
+
+    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+        """The loop's ``ddp`` argument: ``no_sync`` accumulation and the comm timing (not for a probe, except the
+        profiled steps, which must be the run's step)."""
+        if not plan.probe or plan.phase == PROFILE_PHASE:
+            plan.ddp = ctx.ddp
+
     def report(self, result: RunResult) -> dict[str, Any]:
         """Ranks, effective batch and the share of the step in communication."""
         rec = result.details.get("ddp", {})
@@ -124,3 +140,4 @@ class DataParallel(Technique):
 
 
 TECHNIQUE = FAMILIES.register(DataParallel.name, DataParallel(), overwrite=True)  # overwrite: reload idempotent
+LAUNCHER = LAUNCHERS.register(DataParallel.name, DataParallelLauncher(), overwrite=True)

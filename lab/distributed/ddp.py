@@ -118,7 +118,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def setup_for_run(cfg, device: torch.device) -> tuple[DDPRuntime | None, bool]:
-    """Called by the distributed technique's ``join`` in every rank: (runtime or None when single-process,
+    """Called by the data-parallel launcher's ``join`` in every rank: (runtime or None when single-process,
     whether we created the process group and must destroy it)."""
     info = detect_launch()
     if cfg.ddp.world_size > 1 and info.world_size != cfg.ddp.world_size:

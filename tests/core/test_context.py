@@ -8,8 +8,8 @@ import torch
 
 from lab import RunConfig, prepare, run
 from lab.data.studies.stalls import ideal_replay
-from lab.registry import FAMILIES, FAMILY_ORDER
-from lab.technique import Technique, TechniqueChain, default_chain
+from lab.registry import FAMILIES, FAMILY_ORDER, LAUNCHERS
+from lab.technique import SINGLE_PROCESS, Launcher, Technique, TechniqueChain, default_chain
 
 STEP_CFG = dict(workload="toy", size="tiny", threads=1, max_steps=4, latency_repeats=0)
 
@@ -50,15 +50,33 @@ class Recorder(Technique):
         if self.refuse:
             raise ValueError("recorder=on is invalid here")
 
-    def join(self, ctx):
-        self.calls.append("join")
-
     def preflight(self, ctx, model):
         self.calls.append("preflight")
 
     def before_training(self, ctx, model):
         self.calls.append("before_training")
         return model, [lambda step, _model: self.calls.append("hook") if step == 0 else None]
+
+    def after_training(self, ctx, model):
+        self.calls.append("after_training")
+        torch.nn.init.zeros_(next(model.parameters()))  # visible in the final metric and the nonzero count
+        return model
+
+    def report(self, result):
+        return {"calls": len(self.calls)}
+
+
+class RecordingLauncher(Launcher):
+    """A toy launcher: a single process that records when the run calls it."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def launch(self, cfg, run):
+        self.calls.append("launch")
+
+    def join(self, ctx):
+        self.calls.append("join")
 
     def wrap(self, ctx, model):
         self.calls.append("wrap")
@@ -71,22 +89,25 @@ class Recorder(Technique):
     def leave(self, ctx):
         self.calls.append("leave")
 
-    def after_training(self, ctx, model):
-        self.calls.append("after_training")
-        torch.nn.init.zeros_(next(model.parameters()))  # visible in the final metric and the nonzero count
-        return model
 
-    def report(self, result):
-        return {"calls": len(self.calls)}
-
-
-def test_a_toy_technique_joins_a_run_through_the_chain_in_stage_order(toy_workload):
+@pytest.fixture
+def recording_launcher():
     calls: list[str] = []
+    LAUNCHERS.register(Recorder.name, RecordingLauncher(calls))
+    try:
+        yield calls
+    finally:
+        LAUNCHERS.unregister(Recorder.name)
+
+
+def test_a_toy_technique_and_its_launcher_join_a_run_in_stage_order(toy_workload, recording_launcher):
+    calls = recording_launcher  # the technique and its launcher record into one list
     chain = TechniqueChain([*default_chain(), Recorder(calls)])
+    assert isinstance(chain.launcher(RunConfig(**STEP_CFG)), RecordingLauncher)  # distributed's does not apply
     plain = run(RunConfig(**STEP_CFG))
     toyed = run(RunConfig(**STEP_CFG), techniques=chain)
-    assert [c for c in calls if c != "hook"] == ["check", "join", "preflight", "before_training", "wrap", "unwrap",
-                                                 "leave", "after_training"]
+    assert [c for c in calls if c != "hook"] == ["check", "launch", "join", "preflight", "before_training", "wrap",
+                                                 "unwrap", "leave", "after_training"]
     assert calls.count("hook") == 1  # its step hook ran inside the fit
     assert toyed.details["techniques"]["recorder"] == {"calls": len(calls)}
     assert toyed.losses == plain.losses  # the same training; only after_training changed the model
@@ -98,6 +119,20 @@ def test_a_technique_that_refuses_stops_the_run_before_any_work(toy_workload):
     with pytest.raises(ValueError, match="recorder=on is invalid"):
         run(RunConfig(**STEP_CFG), techniques=TechniqueChain([*default_chain(), Recorder(calls, refuse=True)]))
     assert calls == ["check"]
+
+
+@pytest.mark.parametrize("overrides,env,data_parallel", [
+    ({}, {}, False), ({"ddp.world_size": 2}, {}, True), ({"ddp.grad_accum_steps": 2}, {}, True),
+    ({}, {"RANK": "0", "WORLD_SIZE": "2"}, True)], ids=["single", "world2", "accum2", "torchrun-rank"])
+def test_the_chain_picks_the_data_parallel_launcher_only_where_it_applies(overrides, env, data_parallel, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cfg = RunConfig(workload="ctr", size="tiny").with_overrides(**overrides)
+    assert default_chain().launcher(cfg) is (LAUNCHERS.get("distributed") if data_parallel else SINGLE_PROCESS)
+    assert default_chain().without("distributed").launcher(cfg) is SINGLE_PROCESS  # a chain without the family
+    assert not any(hasattr(Technique, stage) for stage in ("launch", "join", "wrap", "unwrap", "leave"))
 
 
 def test_a_chain_refuses_duplicates_and_unnamed_techniques():
