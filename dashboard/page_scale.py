@@ -94,8 +94,8 @@ def _render_threads() -> None:
     path = find_map("crossover_threads.json", THREADS_ENV_VAR)
     if path is None or not path.exists():
         st.info("No threads study yet: run `python benchmarks/crossover_threads.py --quick --json "
-                "benchmarks/results/<hardware-id>/crossover_threads.json` (or `python -m lab crossover "
-                "--threads-study --quick`).")
+                "benchmarks/results/<hardware-id>/crossover_threads.json` (or `python -m lab threads "
+                "--quick`).")
         return
     try:
         study = _load_study(str(path), path.stat().st_mtime)
@@ -104,7 +104,7 @@ def _render_threads() -> None:
         return
     comp, lad = study["comparison"], study["ladder"]
     note = other_machine_note(study.get("env", {}).get("hardware_id"), "This study's figures",
-                              "python -m lab crossover --threads-study --quick")
+                              "python -m lab threads --quick")
     if note:
         st.warning(note)
     st.caption(f"study: `{path}` ({'quick' if study.get('quick') else 'full'} settings, "

@@ -201,7 +201,7 @@ class TrainContext:
         return stats
 
     def eval_every(self, phase: str, probe: bool) -> int | None:
-        """Steps between evaluations of the main training phase (issue 29): ``cfg.eval_every``, once per epoch
+        """Steps between evaluations of the main training phase: ``cfg.eval_every``, once per epoch
         when only ``cfg.target_metric`` is set, else None (no evaluation during training)."""
         if phase != "train" or probe or (self.cfg.eval_every is None and self.cfg.target_metric is None):
             return None

@@ -83,7 +83,7 @@ def preflight(ctx: TrainContext) -> None:
     if total < 1:
         raise ValueError(f"the run would take no step ({r.epochs} epoch(s) of {ctx.steps_per_epoch()} batches, "
                          f"grad_accum_steps={cfg.ddp.grad_accum_steps}); lower --batch-size or "
-                         "--ddp-grad-accum-steps")
+                         "--grad-accum-steps")
     if cfg.warmup_steps >= total:
         raise ValueError(f"warmup_steps={cfg.warmup_steps} is invalid: the run takes {total} step(s), so no step "
                          "would be measured; lower --warmup-steps or train longer")

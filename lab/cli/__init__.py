@@ -1,4 +1,5 @@
-"""Command line: ``python -m lab run | runs | export | ablate | bench | doctor | crossover | machine``.
+"""Command line: ``python -m lab run | runs | export | ablate | project | bench | doctor | crossover | threads |
+machine``.
 
 One module per subcommand (``lab/cli/<name>.py``: ``NAME``, ``HELP``, ``add_arguments(parser)``,
 ``main(args) -> int``), listed in :data:`SUBCOMMANDS`. The configuration flags of ``run``, ``ablate`` and
@@ -8,7 +9,8 @@ field ``data.num_workers`` is ``--data-num-workers``, and the common ones have s
 dataclasses, so a new config field is a new flag with no CLI change, and a field whose values live in a
 registry (``data.loader``, ``data.storage``) offers that registry's names. Every flag has a help line: a config
 flag's is its field's ``HELP`` line with the allowed values and the default. Gradient accumulation is
-``--grad-accum-steps`` (``--ddp-grad-accum-steps``: a deprecated alias). The results store is ``--store``
+``--grad-accum-steps`` (``--ddp-grad-accum-steps``: a deprecated alias). The threads study is ``threads``
+(``crossover --threads-study``: a deprecated alias). The results store is ``--store``
 everywhere (``--db``: a deprecated alias); ``--json`` prints JSON instead of the text and ``--json PATH`` writes
 it there. Every user error is one line on stderr and exit status 2, never a
 traceback; a failed rank is exit 1; Ctrl-C is exit 130.
@@ -22,12 +24,12 @@ import traceback
 from pathlib import PurePath
 from types import TracebackType
 
-from lab.cli import ablate, bench, crossover, doctor, export, machine, project, run, runs
+from lab.cli import ablate, bench, crossover, doctor, export, machine, project, run, runs, threads
 from lab.cli.options import UsageError, config_from_args
 from lab.distributed.launch import RankFailure
 
 #: The subcommands, in ``--help`` order.
-SUBCOMMANDS = (run, runs, export, ablate, project, bench, doctor, crossover, machine)
+SUBCOMMANDS = (run, runs, export, ablate, project, bench, doctor, crossover, threads, machine)
 #: Subcommands that load ``LAB_WORKLOADS`` first, so a broken entry is one line even for a built-in run.
 LOADS_WORKLOADS = ("run", "ablate", "doctor", "project")
 

@@ -24,7 +24,7 @@ NAME, HELP = "ablate", "run an ablation recipe or technique stack and print its 
 ABLATE_DEFAULTS = {"workload": "ctr", "size": "tiny", "threads": 1}
 ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
                         "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size", "why"]
-#: Issue 29: shown when the runs evaluated during training (``--eval-every`` / ``--target-metric``).
+#: Time to target, shown when the runs evaluated during training (``--eval-every`` / ``--target-metric``).
 TTT_TABLE_COLUMNS = ["arm", "one_off_s", "end_to_end_s", "ttt_s", "ttt_speedup", "ttt_speedup_lo", "ttt_speedup_hi",
                      "ttt_reached", "peak_memory_mb"]
 
@@ -128,7 +128,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _print_versus(df: Any, base: RunConfig) -> None:
-    """Issue 15: this machine's crossover map's prediction per arm beside what the ablation measured."""
+    """This machine's crossover map's prediction per arm beside what the ablation measured, so a user sees where
+    the map was right before trusting it on a model of their own."""
     from lab.crossover.versus import versus_lines
     from lab.doctor.rates import crossover_path
     from lab.measure import environment_stamp

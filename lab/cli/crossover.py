@@ -1,20 +1,30 @@
 """``python -m lab crossover``: map each technique's speedup against model size along the ladders (the machine
-card first: the map cites its peaks), or ``--threads-study``: the map at 1 thread against all cores."""
+card first: the map cites its peaks). The map at 1 thread against all cores is ``python -m lab threads``
+(:mod:`lab.cli.threads`); ``--threads-study`` here is its deprecated alias."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-from lab.cli.options import UsageError, json_file, json_flag
+from lab.cli import threads
+from lab.cli.options import UsageError, json_file, json_flag, print_written
 from lab.config import RunConfig
 from lab.measure import machine
 
 NAME, HELP = "crossover", "map each technique's speedup against model size (the ladders)"
+
+
+class _DeprecatedThreadsStudy(argparse.Action):
+    """``--threads-study`` (the threads study's old spelling): still accepted for one release, with a warning; the
+    study is ``python -m lab threads``."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:  # noqa: ANN001 - argparse's API
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001 - argparse's API
+        print(f"lab: warning: crossover {option_string} is deprecated; use python -m lab threads", file=sys.stderr)
+        setattr(namespace, self.dest, True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,18 +36,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--include-emulated", action="store_true",
                    help="--quick: also time bf16 / fp16 where this CPU runs them emulated (skipped by default: "
                    "a reference path that cannot pay, and most of the quick map's time on an AVX2 CPU)")
-    json_flag(p, "the map (with --threads-study: the study)")
-    p.add_argument("--threads-study", action="store_true", help="the map at 1 thread vs all cores, and loader "
-                   "workers vs compute threads along the vision ladder (lab.crossover.threads)")
+    json_flag(p, "the map")
+    p.add_argument("--threads-study", action=_DeprecatedThreadsStudy, help=argparse.SUPPRESS)
 
 
 def main(args: argparse.Namespace) -> int:
     from lab import crossover
 
+    if args.threads_study:
+        return _threads_study(args)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
-    if args.threads_study:
-        return _threads_study(args, workloads, techniques)
     workloads = workloads or list(crossover.MAP_WORKLOADS)
     techniques = techniques or list(crossover.QUICK_TECHNIQUES if args.quick else crossover.TECHNIQUES)
     crossover.check_names(workloads, techniques)
@@ -51,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
                                   repeats=args.repeats, progress=lambda m: print(m, file=sys.stderr, flush=True),
                                   skip_emulated=args.quick and not args.include_emulated)
     if args.json == "-":
-        return _print_written(crossover.write_map, the_map)
+        return print_written(crossover.write_map, the_map)
     print("\n".join(crossover.headline_lines(the_map)))
     for tech in the_map.get("skipped_emulated") or []:  # one line each: bf16 and fp16 miss different flags
         why = next(r["why"] for r in the_map["rows"] if r["technique"] == tech and "skipped: " in (r["why"] or ""))
@@ -61,34 +70,15 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _threads_study(args: argparse.Namespace, workloads: list[str], techniques: list[str]) -> int:
-    """``--threads-study``: check everything before any work (a bad value is one line and exit 2), run the
-    study, print it, write ``--json``."""
-    from lab import crossover
-    from lab.crossover.threads import FULL_TECHNIQUES, usable_cores
-
+def _threads_study(args: argparse.Namespace) -> int:
+    """The deprecated ``--threads-study``: ``python -m lab threads`` with this parser's flags; the map's flags that
+    the study has no use for are refused (one line, exit 2) rather than ignored."""
     if args.threads != 1:
-        raise UsageError(f"--threads {args.threads}: --threads-study always compares 1 thread with all "
-                         f"{usable_cores()} usable cores; drop --threads")
+        raise UsageError(f"--threads {args.threads}: the threads study always compares 1 thread with all usable "
+                         "cores; drop --threads")
     if args.repeats is not None:
-        raise UsageError("--repeats does not apply to --threads-study (its rounds are fixed by --quick)")
-    if usable_cores() < 2:
-        raise UsageError("--threads-study needs >= 2 usable cores: there is nothing to split on one")
-    crossover.check_names(workloads, techniques or list(FULL_TECHNIQUES))
-    out = json_file(args)
-    study = crossover.threads_study(workloads or None, techniques or None, quick=args.quick,
-                                    progress=lambda m: print(m, file=sys.stderr, flush=True))
-    if args.json == "-":
-        return _print_written(crossover.write_study, study)
-    print("\n".join(crossover.summary_lines(study)))
-    if out is not None:
-        print(f"wrote {crossover.write_study(study, out)}")
-    return 0
-
-
-def _print_written(write: Callable[[Any, Path], Path], obj: Any) -> int:
-    """Bare ``--json``: print exactly what ``write(obj, path)`` would put in a file (the strict JSON, figures and
-    all), so stdout and ``--json PATH`` never differ."""
-    with tempfile.TemporaryDirectory() as tmp:
-        print(write(obj, Path(tmp) / "out.json").read_text())
-    return 0
+        raise UsageError("--repeats does not apply to the threads study (its rounds are fixed by --quick)")
+    if args.include_emulated:
+        raise UsageError("--include-emulated does not apply to the threads study (its quick maps skip emulated "
+                         "bf16 / fp16)")
+    return threads.main(args)

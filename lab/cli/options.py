@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,16 @@ def write_json(text: str, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def print_written(write: Callable[[Any, Path], Path], obj: Any) -> int:
+    """Bare ``--json``: print exactly what ``write(obj, path)`` would put in a file (the strict JSON, figures and
+    all), so stdout and ``--json PATH`` never differ; returns exit status 0."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        print(write(obj, Path(tmp) / "out.json").read_text())
+    return 0
+
+
 def writable_file(path: str, flag: str) -> Path:
     """Refuse, before any work, an output path that cannot become a file: a folder, a path under a file, a
     folder that cannot be written or created. Nothing is left behind here: the check creates a probe (a
@@ -91,4 +102,5 @@ def writable_file(path: str, flag: str) -> Path:
     return out
 
 
-__all__ = ["UsageError", "config_from_args", "json_file", "json_flag", "store_flags", "writable_file", "write_json"]
+__all__ = ["UsageError", "config_from_args", "json_file", "json_flag", "print_written", "store_flags", "writable_file",
+           "write_json"]

@@ -33,8 +33,9 @@ from lab.config.families import (
 from lab.workloads import is_spec, list_workloads, load_spec, registered, spec_of
 
 SIZES = ("tiny", "small", "full")
-#: Model-size rungs of the built-in workloads (issue 15): ``None`` keeps each workload's own model; a rung
-#: grows width (and depth where natural) while the data stay the same (:meth:`Workload.build_model`).
+#: Model-size rungs of the built-in workloads (the crossover map's ladders): ``None`` keeps each workload's own
+#: model; a rung grows width (and depth where natural) while the data stay the same
+#: (:meth:`Workload.build_model`).
 MODEL_SCALES = ("xs", "s", "m", "l", "xl")
 #: Fields added after runs were first stored: left out of :meth:`RunConfig.to_dict` while at their default,
 #: so a config (and the stored run's hash) that does not use them reads exactly as before.
@@ -102,7 +103,7 @@ class RunConfig:
     checkpoint_every: int | None = None
     resume: str | None = None
     #: Evaluate on the test split every this many steps of the main training phase (time counted apart from
-    #: the steps and ``train_time_s``): the run's ``details["eval_curve"]`` and time to target (issue 29).
+    #: the steps and ``train_time_s``): the run's ``details["eval_curve"]`` and time to target.
     eval_every: int | None = None
     #: The eval metric a run must reach: ``details["time_to_target"]`` records when it first did (without
     #: ``eval_every`` the run evaluates once per epoch).

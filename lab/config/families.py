@@ -81,7 +81,7 @@ class DataConfig(_Family):
     storage: str = "none"  # emulated storage preset (lab.registry.STORAGES); "none" = in-memory, no cost
     prefetch_depth: int = 2  # batches the thread prefetcher may hold ahead of the training loop
     prefetch_readers: int = 1  # the thread prefetcher's reads in flight at once (threads; hides read latency)
-    source: str = "memory"  # "files": the training split written once to shard files and read back (issue 18)
+    source: str = "memory"  # "files": the training split written once to shard files and read back
     ideal_replay: bool = False  # also replay cached batches through the same step: the ideal-loader bound
 
     def __post_init__(self) -> None:
@@ -280,7 +280,7 @@ class QuantConfig(_Family):
     per_channel: bool = True
     qat_epochs: int = 1
     qat_lr_factor: float = 0.1
-    flow: str = "pt2e"  # torchao PT2E + X86InductorQuantizer, compiled; "legacy": torch.ao eager / FX (issue 19)
+    flow: str = "pt2e"  # torchao PT2E + X86InductorQuantizer, compiled; "legacy": torch.ao eager / FX
     reduce_range: str = "auto"  # 7-bit activations where int8 has no VNNI (see the docstring)
 
     def __post_init__(self) -> None:
@@ -308,7 +308,7 @@ class DDPConfig(_Family):
     SWITCH: ClassVar[str] = "ddp.world_size > 1 (--world-size) or ddp.grad_accum_steps > 1"
     BACKENDS: ClassVar[tuple[str, ...]] = ("auto", "gloo", "nccl")
     #: ``batch``: every rank slices the same shuffled global batch (the default); the others give each rank its
-    #: own shard of the training split (:data:`lab.data.sharding.STRATEGIES`), shuffled inside it (issue 18).
+    #: own shard of the training split (:data:`lab.data.sharding.STRATEGIES`), shuffled inside it.
     SHARDS: ClassVar[tuple[str, ...]] = ("batch", "contiguous", "strided", "hash")
     #: The order the shards are cut from: the split as stored (time order for ctr) or sorted by label.
     SHARD_ORDERS: ClassVar[tuple[str, ...]] = ("stored", "label")

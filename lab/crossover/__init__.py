@@ -1,4 +1,4 @@
-"""Where does it pay? Each technique's speedup against model size on this machine (issue 15).
+"""Where does it pay? Each technique's speedup against model size on this machine.
 
 The lab's verdicts on its small built-in models are verdicts about dispatch overhead, not about the hardware:
 the same technique that loses at 50 k parameters can win at 5 M. This package measures the training step and
@@ -48,7 +48,8 @@ __all__ = ["AXES", "CROSSOVER_KEYS", "FIT_KEYS", "Line", "MAP_WORKLOADS", "QUICK
 
 
 def check_schema(the_map: dict[str, Any]) -> None:
-    """Raise ``ValueError`` naming the first missing key of the JSON schema issue 15 fixed."""
+    """Raise ``ValueError`` naming the first missing key of the map's JSON schema (``lab doctor`` and the
+    dashboard read those keys)."""
     for key in ("env", "rows", "crossovers", "fits"):
         if key not in the_map:
             raise ValueError(f"crossover map lacks {key!r}")

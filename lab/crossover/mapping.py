@@ -2,8 +2,8 @@
 
 :func:`build_map` measures (:mod:`.measure`); :func:`analyse` turns rows into fits, crossovers and regime
 tags (:mod:`.fit`) and is pure, so a stored map can be re-analysed and the tests can feed it synthetic rows.
-The JSON (``benchmarks/results/<hardware-id>/crossover.json``) is ``{"env", "rows", "crossovers", "fits"}``
-as issue 15 fixed it (``lab doctor`` reads it without importing this package), plus the benchmark envelope
+The JSON (``benchmarks/results/<hardware-id>/crossover.json``) is ``{"env", "rows", "crossovers", "fits"}``,
+a fixed schema (``lab doctor`` reads it without importing this package), plus the benchmark envelope
 (``benchmark``, ``quick``, ``measured_at``, ``figures``) that ``python -m lab bench`` reports, and
 ``rungs`` (each rung's size facts, for placing a user's model). ``null`` where a value does not exist.
 """
@@ -49,7 +49,7 @@ QUICK_RUNGS = {"ctr": ("xs", "s", "m", "xl")}
 QUICK_BATCH_DIVISOR = 4  # quick: a quarter of the workload's batch (the fits say per which batch)
 #: The batch of every rung of a ladder (fixed along it: the fits are per step at one batch). Full map: about
 #: half the workload's ``small`` batch, ctr a quarter (2048 rows made its xl step ~2 s, and each arm is timed
-#: ~6 times); mlp keeps the 128 rows of issue 15's plain-PyTorch table in both modes, so the reference
+#: ~6 times); mlp keeps the 128 rows of the plain-PyTorch reference table in both modes, so the reference
 #: compares like with like. Other ladders: half their batch (full), a quarter (quick).
 MAP_BATCH = {False: {"ctr": 512, "sequence": 64, "vision": 16, "transformer": 32, "mlp": 128},
              True: {"mlp": 128}}

@@ -1,6 +1,6 @@
 """The map's headline: the figures ``python -m lab bench`` reports, and the crossovers as sentences.
 
-Goals (issue 15) hold at the largest *dense* rung, the ``mlp`` ladder's (the plain-PyTorch MLP the targets
+Goals hold at the largest *dense* rung, the ``mlp`` ladder's (the plain-PyTorch MLP the targets
 were measured on): bf16 training step >= 1.8x, dynamic int8 inference >= 2.5x, half-width channel pruning
 >= 0.75 x its MACs ratio; the lab's figure there must agree with plain PyTorch's at the same size (95 %
 intervals overlap, :mod:`.reference`); and the predicted crossover within one rung of the measured one for
@@ -23,16 +23,17 @@ GOAL_WORKLOAD = "mlp"
 TARGETS = {("bf16", "train_step"): 1.8, ("int8_eager", "inference"): 2.5}
 PRUNE_SHARE_OF_MACS_RATIO = 0.75
 AGREEMENT_GOAL = 0.75
-#: Issue 30: an ``auto`` row reaches at least this share of its best candidate's speedup at the top rung.
+#: An ``auto`` row reaches at least this share of its best candidate's speedup at the top rung.
 AUTO_SHARE_GOAL = 0.9
 #: Each ``auto`` technique of the map -> its axis and candidates (``fp32``: the baseline itself, 1.0x).
 AUTO_CANDIDATES = {"amp_auto": ("train_step", ("fp32", "bf16", "fp16")),
                    "int8_auto": ("inference", ("int8_static_legacy", "int8_static"))}
 _MACS_RATIO = re.compile(r"([0-9.]+)x fewer MACs")
 _STORED_RATIO = re.compile(r"int8 layers ([0-9.]+)x smaller as stored")
-#: Issue 30: int8 layers (PT2E's stored format) at least this many times smaller than in fp32.
+#: int8 layers (PT2E's stored format) at least this many times smaller than in fp32.
 INT8_SIZE_GOAL = 3.9
-#: Issue 30's top-rung stack: channels 50 % + PT2E static int8, inference, on the vision ladder's top rung.
+#: The stack the map times at the top rung: channels 50 % + PT2E static int8, inference, on the vision ladder's
+#: top rung.
 STACK, STACK_PARTS, STACK_WORKLOAD, STACK_GOAL = ("prune_channels50+int8_static", ("prune_channels50", "int8_static"),
                                                   "vision", 5.0)
 

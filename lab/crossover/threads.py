@@ -1,4 +1,4 @@
-"""Threads on the crossover map (issue 15, item 5): the map at 1 thread against all cores, and loader workers
+"""Threads on the crossover map: the map at 1 thread against all cores, and loader workers
 against compute threads along a model-size ladder.
 
 Why: the crossover map is measured at 1 thread (docs/architecture.md rule 8: a fixed thread count for A/B), but a user
@@ -11,7 +11,7 @@ file-backed run (real PNG decode) a core given to a DataLoader worker decodes be
 to compute speeds the step. Small models are loader-bound and a worker pays; somewhere up the ladder the
 step dominates and the core is worth more to compute (:func:`workers_along_ladder` measures where, and what
 the lab's rule :func:`lab.data.studies.threads.recommend` would have picked). :mod:`.threads_study` runs both
-for ``python -m lab crossover --threads-study`` and ``benchmarks/crossover_threads.py``; the dashboard page
+for ``python -m lab threads`` and ``benchmarks/crossover_threads.py``; the dashboard page
 "Where does it pay?" shows it (section "Threads", :mod:`lab.plots.scale_threads`).
 """
 

@@ -1,11 +1,11 @@
-"""The threads study (issue 15, item 5) end to end: the map at 1 thread and at all cores, compared, then loader
+"""The threads study end to end: the map at 1 thread and at all cores, compared, then loader
 workers against compute threads along the vision ladder, in the benchmark envelope.
 
 Why a module of its own: :mod:`lab.crossover.threads` holds the analysis (pure comparison, the ladder
 measurement with an injected ``run``); this one decides what a quick and a full study measure, turns the
 result into the figures ``python -m lab bench`` reports, and reads and writes the JSON
 (``benchmarks/results/<hardware-id>/crossover_threads.json``) that the dashboard's "Threads" section shows.
-Used by ``python -m lab crossover --threads-study`` and ``benchmarks/crossover_threads.py``.
+Used by ``python -m lab threads`` and ``benchmarks/crossover_threads.py``.
 """
 
 from __future__ import annotations

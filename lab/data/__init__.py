@@ -176,7 +176,7 @@ class DataLoading(Technique):
                                         stats=_read_stats(ctx), augment=augment)
             return make_files
         if cfg.ddp.shard != "batch" and ctx.ddp is not None and ctx.ddp.info.distributed:
-            # Per-rank shards (issue 18): this rank reads only its part, shuffled inside it; distributed keeps it whole.
+            # Per-rank shards: this rank reads only its part, shuffled inside it; distributed keeps it whole.
             info = ctx.ddp.info
             rows = torch.from_numpy(rank_partition(ctx.data.train[-1], info.world_size, info.rank, cfg.ddp.shard,
                                                    order=cfg.ddp.shard_order, seed=cfg.seed))

@@ -37,7 +37,7 @@ def predict_data_parallel(b: Breakdown, world_size: int, *, measured: bool = Fal
         why = (f"communication {_pct(comm / step)} of the step (the exposed all-reduce; {flight:.2f} ms per step in "
                f"flight, the rest overlapped with backward) -> the {w} ranks process samples "
                f"{_fmt(s, min(lo, s), float(w))} as fast as one process (compute share / world size + comm); no "
-               "technique here shrinks comm: fewer, larger all-reduces (--ddp-bucket-cap-mb, --ddp-grad-accum-steps) "
+               "technique here shrinks comm: fewer, larger all-reduces (--ddp-bucket-cap-mb, --grad-accum-steps) "
                "or a faster link do")
         return Prediction(f"ddp{w}", "train", s, min(lo, s), float(w), why, ["measured here: profiled DDP step"])
     if link is None or grad_bytes <= 0:

@@ -1,4 +1,4 @@
-"""The doctor's prescription in hours (issue 29): the user's full run per top pick, with its interval.
+"""The doctor's prescription in hours: the user's full run per top pick, with its interval.
 
 Why: a per-step ratio is not what a user plans with ("24 h -> 16 h"). The profiled baseline is a run of this lab,
 so :func:`lab.ablation.project.project_run` turns it into the baseline's full run of ``epochs`` over ``rows``

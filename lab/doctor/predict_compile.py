@@ -11,8 +11,8 @@ missed both ways (GRU 1.41x predicted, 0.99x measured; DistilBERT 0.63x vs 1.38x
 model's structure: attention blocks are many small layout / softmax / elementwise ops that Inductor fuses,
 a recurrent layer's ops run inside ``aten::lstm`` / ``aten::gru`` where nothing is fused (0.90-1.07x), and a
 step under 2 ms pays the compiled call's fixed price on every step (0.78-0.98x). The same attention models
-read 0.67x (BERT) and 0.94x (GPT-2) on an AMD EPYC (issue 28): so the attention prior's interval reaches
-both, and every structural prediction says "prior, not measured".
+read 0.67x (BERT) and 0.94x (GPT-2) on an AMD EPYC: so the attention prior's interval reaches both, and
+every structural prediction says "prior, not measured".
 """
 
 from __future__ import annotations

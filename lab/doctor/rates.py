@@ -4,7 +4,7 @@ Why rates per op class and not one speedup per technique: the same bf16 that run
 faster leaves an embedding lookup or a 3-microsecond op as it is, so a model's speedup depends on its mix
 (:mod:`lab.measure.profile`). Two sources, in this order:
 
-1. The crossover map of this hardware id (``benchmarks/results/<hardware-id>/crossover.json``, issue 15):
+1. The crossover map of this hardware id (``benchmarks/results/<hardware-id>/crossover.json``):
    each technique's fitted time against model size, evaluated at this model's MACs per sample
    (:func:`load_crossover`, :meth:`CrossoverMap.rate`). The map's speedups are whole-step ratios of the
    built-in workloads, so applied to a class alone they are conservative (diluted by those workloads' other
@@ -141,7 +141,7 @@ class CrossoverMap:
 def _need(d: dict, keys: Sequence[str], where: str, path: Path) -> None:
     missing = [k for k in keys if k not in d]
     if missing:
-        raise ValueError(f"{path}: {where} lacks {', '.join(missing)} (not a crossover.json of issue 15's schema)")
+        raise ValueError(f"{path}: {where} lacks {', '.join(missing)} (not a crossover map)")
 
 
 def load_crossover(path: str | Path) -> CrossoverMap:

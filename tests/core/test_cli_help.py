@@ -16,7 +16,7 @@ from lab.config import FAMILIES, PruneConfig, RunConfig
 from lab.config.flags import ALIASES, ALLOWED, CHOICES, RENAMED
 
 #: Subcommands whose ``--json`` takes an optional PATH.
-JSON_COMMANDS = ("run", "doctor", "project", "crossover", "machine")
+JSON_COMMANDS = ("run", "doctor", "project", "crossover", "threads", "machine")
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:

@@ -1,6 +1,7 @@
 """Threads on the crossover map (issue 15, item 5): the 1-thread vs all-cores comparison on synthetic maps,
-the workers-along-the-ladder study with an injected ``run`` returning planted throughputs, the CLI's
-one-line refusals, and the dashboard's "Threads" section on a synthetic study. No timing is asserted."""
+the workers-along-the-ladder study with an injected ``run`` returning planted throughputs, the CLI
+(``python -m lab threads``, and ``crossover --threads-study``, its old spelling) and its one-line refusals,
+and the dashboard's "Threads" section on a synthetic study. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -174,16 +175,61 @@ def test_study_figures_and_json_round_trip(tmp_path) -> None:
         load_study(tmp_path / "bad.json")
 
 
+@pytest.fixture
+def two_cores(monkeypatch) -> None:
+    """The CLI's checks as on a 2-core machine, whatever this one has."""
+    import lab.crossover.threads
+
+    monkeypatch.setattr(lab.crossover.threads, "usable_cores", lambda: 2)
+
+
 @pytest.mark.parametrize("argv, needle", [
-    (["--threads", "2"], "--threads-study always compares"),
-    (["--repeats", "5"], "--repeats does not apply"),
     (["--techniques", "warp_drive"], "unknown technique"),
     (["--workloads", "nope"], "nope"),
+    (["--threads", "2"], "unrecognized arguments: --threads 2"),  # the study's thread counts are its own
+    (["--repeats", "5"], "unrecognized arguments: --repeats 5"),
 ])
-def test_cli_refuses_bad_input_in_one_line(argv, needle, capsys) -> None:
-    assert main(["crossover", "--threads-study", "--quick", *argv]) == 2
+def test_cli_refuses_bad_input_in_one_line(argv, needle, two_cores, capsys) -> None:
+    assert main(["threads", "--quick", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_refuses_one_core_in_one_line(monkeypatch, capsys) -> None:
+    import lab.crossover.threads
+
+    monkeypatch.setattr(lab.crossover.threads, "usable_cores", lambda: 1)
+    assert main(["threads", "--quick"]) == 2
+    assert capsys.readouterr().err == "lab: error: the threads study needs >= 2 usable cores: there is nothing to " \
+                                      "split on one\n"
+
+
+def test_cli_help_names_the_studys_defaults(capsys) -> None:
+    from lab.crossover.threads import FULL_TECHNIQUES, FULL_WORKLOADS, QUICK_TECHNIQUES, QUICK_WORKLOADS
+
+    assert main(["threads", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for names in (FULL_WORKLOADS, QUICK_WORKLOADS, FULL_TECHNIQUES, QUICK_TECHNIQUES):
+        assert ",".join(names) in out
+
+
+def test_cli_prints_the_study_and_the_old_spelling_warns_and_runs_the_same(two_cores, monkeypatch, capsys) -> None:
+    import lab.crossover
+
+    calls = []
+    monkeypatch.setattr(lab.crossover, "threads_study",
+                        lambda *a, **k: calls.append((a, k["quick"])) or synthetic_study())
+    assert main(["threads", "--quick", "--workloads", "vision", "--json"]) == 0
+    new = capsys.readouterr()
+    assert new.err == "" and json.loads(new.out)["ladder"]["answer"]["stops_paying_from"]["rung"] == "m"
+    assert main(["crossover", "--threads-study", "--quick", "--workloads", "vision", "--json"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out and calls[0] == calls[1] == ((["vision"], None), True)
+    assert old.err == "lab: warning: crossover --threads-study is deprecated; use python -m lab threads\n"
+    for argv, needle in ((["--threads", "2"], "drop --threads"), (["--repeats", "5"], "--repeats does not apply"),
+                         (["--include-emulated"], "--include-emulated does not apply")):
+        assert main(["crossover", "--threads-study", "--quick", *argv]) == 2
+        assert needle in capsys.readouterr().err.splitlines()[-1]  # the warning, then one line
 
 
 @TWO_CORES
