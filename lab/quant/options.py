@@ -7,21 +7,20 @@ from __future__ import annotations
 
 from lab.technique import AFTER_TRAINING, Option, register_options
 
-_CPU = ("cpu_only",)
+
+def _int8(name: str, method: str, description: str, flow: str | None = None) -> Option:
+    """An int8 option: ``quant.method`` (and ``quant.flow`` where it is not the default), on the CPU."""
+    overrides = {"quant.method": method, **({"quant.flow": flow} if flow else {}), "device": "cpu"}
+    return Option(name, overrides, "quant", description, ("cpu_only",), AFTER_TRAINING)
+
 
 register_options(
-    Option("int8_dynamic", {"quant.method": "dynamic", "device": "cpu"}, "quant",
-           "dynamic int8 (weights ahead of time, activations on the fly)", _CPU, AFTER_TRAINING),
-    Option("int8_eager", {"quant.method": "dynamic", "quant.flow": "legacy", "device": "cpu"}, "quant",
-           "dynamic int8, torch.ao eager (no compile: seconds, not a minute; int8 EmbeddingBag weights)",
-           _CPU, AFTER_TRAINING),
-    Option("int8_static", {"quant.method": "static", "device": "cpu"}, "quant",
-           "static int8 with calibration (torchao PT2E, compiled by Inductor)", _CPU, AFTER_TRAINING),
-    Option("int8_static_legacy", {"quant.method": "static", "quant.flow": "legacy", "device": "cpu"}, "quant",
-           "static int8 with calibration, torch.ao eager kernels", _CPU, AFTER_TRAINING),
-    Option("int8_auto", {"quant.method": "static", "quant.flow": "auto", "device": "cpu"}, "quant",
-           "static int8 through whichever flow (PT2E or eager) a probe on the run's own batch times faster",
-           _CPU, AFTER_TRAINING),
-    Option("int8_qat", {"quant.method": "qat", "device": "cpu"}, "quant",
-           "quantization-aware fine-tuning, then int8", _CPU, AFTER_TRAINING),
+    _int8("int8_dynamic", "dynamic", "dynamic int8 (weights ahead of time, activations on the fly)"),
+    _int8("int8_eager", "dynamic", "dynamic int8, torch.ao eager (no compile: seconds, not a minute; int8 "
+          "EmbeddingBag weights)", flow="legacy"),
+    _int8("int8_static", "static", "static int8 with calibration (torchao PT2E, compiled by Inductor)"),
+    _int8("int8_static_legacy", "static", "static int8 with calibration, torch.ao eager kernels", flow="legacy"),
+    _int8("int8_auto", "static", "static int8 through whichever flow (PT2E or eager) a probe on the run's own "
+          "batch times faster", flow="auto"),
+    _int8("int8_qat", "qat", "quantization-aware fine-tuning, then int8"),
 )

@@ -56,7 +56,7 @@ def test_every_option_is_defined_once_in_its_familys_options_module(name):
     if name in GENERATED:
         assert 'f"prune{round(amount * 100)}"' in home.read_text(), name
         return
-    pattern = re.compile(rf'Option\(\s*"{re.escape(name)}"')
+    pattern = re.compile(rf'(?:Option|_\w+)\(\s*"{re.escape(name)}"')  # Option("x", ...) or a family's _int8("x", ...)
     defined = [p.relative_to(LAB) for p in LAB.rglob("*.py") if pattern.search(p.read_text())]
     assert defined == [home.relative_to(LAB)], f"{name} is defined in {defined}"
 
