@@ -44,10 +44,12 @@ def test_a_deliberate_violation_breaks_a_contract(tmp_path, module, line, broken
 
 
 def test_the_top_level_stays_small_and_no_module_is_long():
+    """Modules are split by concept, not by length; the cap is only an alarm for one that grew several concepts
+    (at 400 it cut modules in the middle of one)."""
     top = sorted(p.name for p in (ROOT / "lab").glob("*.py"))
     assert len(top) <= 14, top
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "lab").rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 400}
+            if (n := len(p.read_text().splitlines())) > 500}
     assert not long, long
 
 
