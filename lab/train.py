@@ -52,8 +52,10 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
     chain = default_chain() if techniques is None else techniques
     check(cfg, chain)
     launcher = chain.launcher(cfg)  # single process, unless a family's launcher applies (data-parallel)
+    meter = measure.ContentionMeter().start()  # was the machine busy while this run was timed?
     launched = launcher.launch(cfg, run)  # ranks nobody started (no torchrun): one process each, each back here
     if launched is not None:
+        measure.attach(launched, meter.stop())  # the launching process sees every rank as its own
         return launched
     with prepare(cfg, progress=progress, techniques=chain) as ctx:
         launcher.join(ctx)
@@ -65,6 +67,7 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
                 raise
             ctx.result.status, ctx.result.error = "error", f"{type(exc).__name__}: {exc}"
             ctx.result.details["traceback"] = traceback.format_exc(limit=8)
+    measure.attach(ctx.result, meter.stop(), sibling_ranks=measure.sibling_ranks())
     return ctx.result
 
 

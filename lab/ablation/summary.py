@@ -38,12 +38,11 @@ import numpy as np
 from lab.ablation import target as target_
 from lab.measure import bootstrap_ratio_ci, median, spread
 from lab.result import RunResult
+from lab.technique import AXES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: The axes a technique can change.
-AXES: tuple[str, ...] = ("train_step", "train", "inference", "size")
 #: Which axis each speedup column measures.
 SPEED_AXIS = {"train_speedup": "train", "step_speedup": "train_step", "infer_speedup": "inference",
               "ttt_speedup": "train"}
@@ -58,7 +57,7 @@ COLUMNS = [
     "infer_speedup", "infer_speedup_lo", "infer_speedup_hi", "metric_name", "metric", "acc_loss_pt",
     "acc_loss_lo", "acc_loss_hi", "noise_pt", "loss_unit", "within_noise", "baseline_learned", "peak_memory_mb",
     "model_bytes", "size_ratio", "macs_per_sample", "macs_ratio", "why", "hardware_id", "device_name",
-    "torch_version", "threads", *target_.COLUMNS,
+    "torch_version", "threads", "busy_runs", "others_cores", *target_.COLUMNS,
 ]
 
 
@@ -69,6 +68,11 @@ def end_to_end_train_s(result: RunResult) -> float:
              + result.details.get("quant", {}).get("qat", {}).get("time_s", 0.0)
              + result.details.get("precision", {}).get("auto", {}).get("probe_s", 0.0))
     return float(result.train_time_s) + float(extra)
+
+
+def _busy_sentence(result: RunResult) -> str | None:
+    """The "measured while busy" tag a run carries (summarised per arm by ``busy_runs``, not repeated)."""
+    return (result.details.get("contention") or {}).get("sentence") or None
 
 
 def _ratio(base: list[float], arm: list[float]) -> tuple[float, float, float]:
@@ -175,7 +179,10 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
                 peak_memory_mb=median(mem) if mem else None, model_bytes=mbytes,
                 size_ratio=mbytes / base_bytes if base_bytes else math.nan, macs_per_sample=macs,
                 macs_ratio=macs / base_macs if base_macs else math.nan,
-                why="; ".join(dict.fromkeys(t for r in ok for t in r.why)),
+                why="; ".join(dict.fromkeys(t for r in ok for t in r.why if t != _busy_sentence(r))),
+                busy_runs=sum(bool((r.details.get("contention") or {}).get("busy")) for r in ok),
+                others_cores=max(((r.details.get("contention") or {}).get("others_cores") or 0.0 for r in ok),
+                                 default=None),
                 hardware_id=first.hardware_id, device_name=first.env.get("device_name"),
                 torch_version=first.env.get("torch_version") or first.env.get("torch"),
                 threads=first.env.get("torch_threads"),

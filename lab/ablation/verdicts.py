@@ -2,9 +2,10 @@
 beyond noise), the verdict sentence, and factorial effects with intervals.
 
 Why conservative: on a shared 2-core machine one lucky run moves a median by tens of percent, so a winner
-needs its speedup CI's lower bound above 1 *and* its accuracy-loss CI inside the budget, at least
-:data:`~lab.ablation.summary.MIN_RUNS` runs per arm, a baseline that learned, and a competing axis (a
-technique competes only on the axes it can change). Otherwise the verdict says so in words.
+needs its speedup CI's lower bound above 1 and above the A/A arm's interval (the baseline run again) *and* its
+accuracy-loss CI inside the budget, at least :data:`~lab.ablation.summary.MIN_RUNS` runs per arm, a baseline
+that learned, no run measured while the machine was busy, and a competing axis (a technique competes only on
+the axes it can change). Otherwise the verdict says so in words.
 """
 
 from __future__ import annotations
@@ -49,14 +50,17 @@ def pareto_front(df: pd.DataFrame, speed: str = "train_speedup") -> list[str]:
 def best_under_budget(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedup",
                       conservative: bool = True) -> pd.Series | None:
     """The fastest arm within ``budget_pt`` of accuracy loss (None if none qualifies). ``conservative``
-    (the default): the speedup CI's lower bound must be above 1 and the accuracy-loss CI's upper bound
+    (the default): the speedup CI's lower bound must be above 1 *and* above the A/A arm's upper bound (the
+    baseline run again: how far noise alone reached in this table), and the accuracy-loss CI's upper bound
     within the budget, ranked by the lower bound, so noise cannot win; ``False`` ranks point estimates
     (a preview, never a verdict)."""
     if not budget_pt >= 0 or math.isinf(budget_pt):
         raise ValueError(f"budget_pt={budget_pt!r} is invalid: allowed: a finite number >= 0 (points of accuracy)")
     ok = _contenders(df, speed)
-    if conservative:
-        ok = ok[(ok[f"{speed}_lo"] > 1.0) & (ok["acc_loss_hi"] <= budget_pt)]
+    if conservative:  # beyond noise: above 1 and above the A/A arm's own interval (the baseline run again)
+        floor = noise_floor(df, speed)
+        bar = max(1.0, floor[2]) if floor is not None else 1.0
+        ok = ok[(ok[f"{speed}_lo"] > bar) & (ok["acc_loss_hi"] <= budget_pt)]
     else:
         ok = ok[ok["acc_loss_pt"] <= budget_pt]
     if ok.empty:
@@ -76,6 +80,9 @@ def verdict(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedu
     if (df["baseline_learned"] == False).any():  # noqa: E712 - True / False / None column
         return {"winner": None, "text": "no verdict: the baseline did not learn, so its accuracy deltas mean "
                                         "nothing (train longer or pick a larger size)"}
+    busy = busy_text(df)
+    if busy:
+        return {"winner": None, "busy": True, "text": busy}
     best = best_under_budget(df, budget_pt, speed)
     floor_ci = noise_floor(df, speed)
     floor = ""
@@ -91,6 +98,20 @@ def verdict(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedu
             "text": f"{best['arm']}: {best[speed]:.2f}x {axis} [{best[f'{speed}_lo']:.2f}, "
                     f"{best[f'{speed}_hi']:.2f}], accuracy loss {best['acc_loss_pt']:.2f} {_unit(df)} "
                     f"[{best['acc_loss_lo']:.2f}, {best['acc_loss_hi']:.2f}]: beats the baseline beyond noise{floor}"}
+
+
+def busy_text(df: pd.DataFrame) -> str:
+    """Why the table crowns nothing when any of its runs was measured on a busy machine (other processes
+    taking cores or the hypervisor stealing them, :mod:`lab.measure.contention`); empty when none was."""
+    if "busy_runs" not in df.columns:
+        return ""
+    busy = df["busy_runs"].fillna(0)
+    if not (busy > 0).any():
+        return ""
+    n_busy, n_all = int(busy.sum()), int(df["n_ok"].fillna(0).sum())
+    worst = float(df["others_cores"].fillna(0).max())
+    return (f"measured while this machine was busy: other processes used up to {worst:.1f} cores in {n_busy} of "
+            f"{n_all} runs, which moves timings more than their intervals show; no verdict: rerun when idle")
 
 
 def noise_floor(df: pd.DataFrame, speed: str = "train_speedup") -> tuple[float, float, float] | None:
@@ -173,4 +194,5 @@ def interaction_effects(df: pd.DataFrame, speed: str = "train_speedup") -> pd.Da
     return pd.DataFrame(rows, columns=["term", "techniques", "effect", "effect_lo", "effect_hi", "verdict",
                                        "loss_effect_pt"])
 
-__all__ = ["best_under_budget", "interaction_effects", "noise_floor", "pareto_front", "unstable_text", "verdict"]
+__all__ = ["best_under_budget", "busy_text", "interaction_effects", "noise_floor", "pareto_front", "unstable_text",
+           "verdict"]

@@ -30,7 +30,7 @@ from lab.crossover.fit import (
 )
 from lab.crossover.measure import SLOW_MARK, ProgressFn, make_bench, measure_rung
 from lab.crossover.reference import compare as compare_with_plain
-from lab.measure import card_summary, environment_stamp, limit_sentence, load_card
+from lab.measure import ContentionMeter, card_summary, environment_stamp, limit_sentence, load_card
 from lab.precision import capability
 from lab.workloads import SCALE_NAMES, get_workload
 
@@ -143,6 +143,7 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
     rows: list[dict[str, Any]] = []
     facts: list[dict[str, Any]] = []
     t0 = time.monotonic()
+    meter = ContentionMeter().start()  # was the machine busy while the map was timed?
     with thread_count(threads):
         env = environment_stamp("cpu")
         for name in workloads:
@@ -169,6 +170,8 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
     out.update({"env": env, "benchmark": "crossover", "quick": quick, "threads": threads,
                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "wall_s": round(time.monotonic() - t0, 1)})
+    seen = meter.stop()
+    out["contention"] = seen.to_dict() if seen is not None else None
     return out
 
 

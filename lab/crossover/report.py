@@ -181,6 +181,9 @@ def headline_lines(the_map: dict[str, Any]) -> list[str]:
                         ("  (within one rung)" if c["within_one_rung"] else "  (more than one rung apart)")))
     ok, n = agreement(the_map["crossovers"])
     lines.append(f"predicted within one rung of measured: {ok} of {n} pairs")
+    busy = (the_map.get("contention") or {}).get("sentence")
+    if busy:  # every figure above was timed on a busy machine
+        lines.append(f"WARNING: {busy}")
     return lines
 
 

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from lab.context import TrainContext
+from lab.measure import ContentionMeter
 from lab.precision.auto import (
     AUTO_CI,
     AUTO_MIN_GAIN,
@@ -115,6 +116,7 @@ class InRunProbe:
         self._t0: float | None = None
         self._model: nn.Module | None = None
         self._report: Callable[[], None] = lambda: None
+        self._meter = ContentionMeter().start()  # a busy machine's timings decide nothing
 
     # ---------------------------------------------------------------- what the loop calls
     @property
@@ -216,13 +218,19 @@ class InRunProbe:
             compare = compare_arms(times, self.caps)
         else:
             choice, why, compare = "fp32", "auto chose fp32: the probe ended before a round was timed", {}
+        seen = self._meter.stop()
+        if seen is not None and seen.busy and choice != "fp32":  # noise must not pick a precision
+            why = (f"auto chose fp32: the probe ran while this machine was busy (other processes used "
+                   f"{seen.others_cores:.1f} of {seen.cores} cores), so its timings cannot tell {choice} from "
+                   f"noise; it would have chosen {choice} ({why})")
+            choice = "fp32"
         self.choice, self.stopped = choice, stopped
         why = f"{why}; probed on the run's own first {self.steps_done} steps ({stopped})"
         record = {"rule": RULE_INRUN, "in_run": True, "candidates": list(self.arms), "plan": {
             "rounds": self.plan.rounds, "steps": self.plan.steps, "run_steps": self.plan.run_steps},
             "rounds": n, "compare": compare, "step_time_ms": times, "warmup_ms": dict(self.warmup_ms),
             "probe_steps": self.steps_done, "extra_ms": self.extra_ms, "stopped": stopped, "choice": choice,
-            "why": why, "probe_s": 0.0}
+            "why": why, "probe_s": 0.0, "contention": seen.to_dict() if seen is not None else None}
         chosen = self.policies[choice]
         if self._model is not None and chosen.active:  # the dtype report, on the chosen dtype's next forward
             chosen.record_dtypes = True

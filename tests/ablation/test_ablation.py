@@ -249,3 +249,39 @@ def test_every_round_runs_every_arm_once_and_no_arm_always_runs_first(repeats, s
     firsts = [r[0][0] for r in rounds]
     assert len(set(firsts)) == min(n, len(rounds))  # the first slot rotates through the arms
     assert all({rep for _, rep, *_ in r} == {r[0][1]} for r in rounds)  # one repeat per round
+
+
+def test_a_winner_must_clear_the_a_a_arms_interval_not_only_1():
+    """The dashboard crowned prune50 at [1.15, 5.48] while the A/A arm (the baseline again) read [0.3, 5.5]:
+    noise alone reached 5.5x in that table, so nothing below it is a win."""
+    from lab.ablation import verdict
+
+    wide = _table().copy()
+    wide.loc[wide["arm"] == "aa", ["train_speedup", "train_speedup_lo", "train_speedup_hi"]] = [1.0, 0.3, 5.5]
+    assert best_under_budget(wide, 1.0) is None and verdict(wide)["winner"] is None
+    clear = wide.copy()
+    clear.loc[clear["arm"] == "p", ["train_speedup", "train_speedup_lo", "train_speedup_hi"]] = [6.0, 5.6, 6.4]
+    assert best_under_budget(clear, 1.0)["arm"] == "p" and verdict(clear)["winner"] == "p"
+
+
+def test_a_table_with_a_run_measured_on_a_busy_machine_crowns_nothing():
+    from lab.ablation import verdict
+
+    busy = _table().assign(busy_runs=0, others_cores=0.1)
+    busy.loc[busy["arm"] == "lucky", ["busy_runs", "others_cores"]] = [1, 1.3]
+    said = verdict(busy)
+    assert said["winner"] is None and said.get("busy")
+    assert "busy" in said["text"] and "1.3 cores in 1 of 21 runs" in said["text"] and "rerun when idle" in said["text"]
+    assert verdict(busy.assign(busy_runs=0))["winner"] == "p"  # the same table measured quietly names it
+
+
+def test_summarize_counts_busy_runs_and_keeps_their_sentence_out_of_the_why():
+    sentence = "measured while this machine was busy (other processes used 1.2 of 2 cores; load 3.0): ..."
+    quiet = {"contention": {"busy": False, "others_cores": 0.05, "sentence": ""}}
+    loud = {"contention": {"busy": True, "others_cores": 1.2, "sentence": sentence}}
+    base = [_fake(1.0, [1.0], 0.8, details=quiet) for _ in range(3)]
+    arm = [_fake(1.0, [1.0], 0.8, details=d) for d in (quiet, loud, quiet)]
+    arm[1].why.append(sentence)
+    df = summarize({"baseline": base, "a": arm}).set_index("arm")
+    assert df.loc["a", "busy_runs"] == 1 and df.loc["a", "others_cores"] == pytest.approx(1.2)
+    assert df.loc["baseline", "busy_runs"] == 0 and sentence not in df.loc["a", "why"]

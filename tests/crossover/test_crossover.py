@@ -20,6 +20,10 @@ def test_a_tiny_real_map_has_the_schema_and_one_row_per_rung_technique_axis(cpu_
     assert the_map["env"]["hardware_id"] and the_map["env"]["torch_threads"] == 1
     assert len(the_map["rows"]) == 2 * 3  # 2 rungs x (bf16 train, bf16 inference, static int8 inference)
     assert all(set(r) == set(ROW_KEYS) for r in the_map["rows"])
+    seen = the_map["contention"]  # whether the machine was busy while the map was timed, said in its headline
+    assert seen["cores"] >= 1 and seen["wall_s"] > 0 and (seen["busy"] == bool(seen["sentence"]))
+    from lab.crossover import headline_lines
+    assert any(seen["sentence"] in line for line in headline_lines(the_map)) if seen["busy"] else True
     measured = [r for r in the_map["rows"] if r["speedup"] is not None]
     bf16 = [r for r in the_map["rows"] if r["technique"] == "bf16"]
     if cpu_caps.native_bf16:

@@ -127,3 +127,32 @@ def test_a_run_probes_on_its_own_first_steps_then_trains_in_the_choice(toy_workl
     assert r.details["precision"]["phases"]["train"]["probed_in_run"] is True
     if rec["choice"] == "bf16":  # the dtype report is the chosen dtype's, not a probe step's
         assert any(d["output_dtype"] == "bfloat16" for d in r.details["precision"]["phases"]["train"]["layer_dtypes"])
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_probe_on_a_busy_machine_keeps_fp32_and_says_what_it_would_have_chosen(toy_workload, monkeypatch, busy):
+    """auto measured 0.72x and 0.87x under load and 1.50x / 1.18x idle on the same models: a probe whose timings
+    were taken while other processes held the cores decides nothing."""
+    from lab import precision
+    from lab.measure.contention import Contention
+
+    monkeypatch.setattr(precision.gate, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(inrun, "decide_auto", lambda times, caps: ("bf16", "auto chose bf16: planted 1.5x"))
+    seen = Contention(others_cores=1.4 if busy else 0.0, steal_share=0.0, load1=4.0, cores=2, wall_s=1.0)
+
+    class Meter:
+        def start(self):
+            return self
+
+        def stop(self):
+            return seen
+
+    monkeypatch.setattr(inrun, "ContentionMeter", Meter)
+    r = run(RunConfig(workload="toy", size="tiny", max_steps=40, warmup_steps=1, threads=1, latency_repeats=0,
+                      precision=PrecisionConfig(dtype="auto")))
+    rec = r.details["precision"]["auto"]
+    assert rec["contention"]["busy"] is busy and r.details["precision"]["resolved"] == rec["choice"]
+    if busy:
+        assert rec["choice"] == "fp32" and "busy" in rec["why"] and "would have chosen bf16" in rec["why"]
+    else:
+        assert rec["choice"] == "bf16" and rec["why"].startswith("auto chose bf16: planted")
