@@ -130,6 +130,7 @@ def train_and_measure(ctx: TrainContext, launcher: Launcher) -> None:
                      capped=stats.steps < ctx.total_steps(max_steps=False), baseline=not cfg.enabled_families())
     say({"phase": "eval", "metrics": after})
     measure_model(ctx, model)
+    result.details["utilisation"] = measure.run_utilisation(result)  # how far from this machine's GEMM peak
     if cfg.profile:
         profile_run(ctx, captured, model)
     result.details["techniques"] = chain.report(result)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lab.measure import median, spread
+from lab.measure import median, spread, utilisation_line
 from lab.result.timeline import format_timeline
 
 _NONFINITE_TO_STR = {math.inf: "Infinity", -math.inf: "-Infinity"}
@@ -324,6 +324,9 @@ def format_result(result: RunResult, stored_at: Path | str | None = None) -> str
                      f"{_fmt_value(result.throughput_samples_per_s, ' samples/s', 5)}   data-wait "
                      f"{100 * result.data_wait_fraction:.1f}%")
         lines.append(f"  step phases (median ms): {breakdown}")
+        used = utilisation_line(result.details)
+        if used:
+            lines.append(used)
         data = result.details.get("data") or {}
         if data.get("source") == "files":
             lines.append(f"  data from files: {data.get('files_read')} shard reads, "
