@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,19 @@ MEMORY_SAMPLE_EVERY = 10
 #: On CUDA the loop reads the loss every this many steps (each read is a host sync that stalls the queue);
 #: on CPU every step (a read costs nothing there). The non-finite check runs at every read.
 LOSS_READ_EVERY = 10
+
+#: Set on Ctrl-C by the command line's SIGINT handler (:func:`lab.cli.catch_interrupts`). Python can swallow the
+#: KeyboardInterrupt itself: a Ctrl-C that lands while a DataLoader forks its workers is raised inside the fork's
+#: at-fork handler, printed as "Exception ignored" and dropped, and the work went on to exit 0. The step loop and
+#: the ablation runner check the flag at each step and each run (:func:`raise_if_interrupted`).
+INTERRUPTED = threading.Event()
+
+
+def raise_if_interrupted() -> None:
+    """``KeyboardInterrupt`` if a Ctrl-C arrived whose own exception was swallowed."""
+    if INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+
 
 ProgressFn = Callable[[dict[str, Any]], None]
 #: ``hook(step, model)`` after each optimizer step, outside the timed phases (a gradual pruning schedule).
@@ -243,6 +257,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
             done_in_epoch = (step - epoch * steps_per_epoch) * accum
             batches = skip_batches(loader, done_in_epoch) if done_in_epoch else iter(loader)
             while step < total_steps:
+                raise_if_interrupted()
                 timer.start_step()
                 loss = train_step(model, optimizer, wl.loss, batches, device, policy=policy, forward=forward,
                                   ddp=ddp, accum=accum, mark=timer.mark, comm_ms=comm_ms)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lab.ablation import jobs
 from lab.ablation.summary import AA_ARM, AXES, summarize
 from lab.config import RunConfig
+from lab.loop import raise_if_interrupted
 from lab.measure import environment_stamp
 from lab.result import RunResult, new_run_id, utc_now_iso
 from lab.store import ResultStore, config_hash
@@ -177,6 +178,7 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
         if estimate:
             track.state["estimate_s"] = float(estimate["total_s"])
         for i, (arm, rep, s, cfg) in enumerate(plan):
+            raise_if_interrupted()  # a Ctrl-C Python swallowed (inside a DataLoader's fork) still stops here
             track.start_run(i, arm, rep, s)
             label = ablation.label(arm, rep)
             done = _finished(store, label, config_hash(cfg.to_dict())) if store is not None else None

@@ -23,6 +23,7 @@ import sys
 import traceback
 from pathlib import PurePath
 from types import TracebackType
+from typing import Any
 
 from lab.cli import ablate, bench, crossover, doctor, export, machine, project, run, runs, threads
 from lab.cli.options import UsageError, config_from_args
@@ -76,10 +77,43 @@ def quiet_worker_handshakes() -> None:
     sys.excepthook = hook
 
 
+def catch_interrupts() -> None:
+    """Ctrl-C sets :data:`lab.loop.INTERRUPTED` before raising ``KeyboardInterrupt``, and a KeyboardInterrupt that
+    Python could not raise (one inside an at-fork handler while a DataLoader starts its workers: reported to
+    ``sys.unraisablehook``) is not printed as a traceback: the flag stops the work at the next step or run.
+    Only in the main thread (signal handlers live there); idempotent."""
+    import signal
+    import threading
+
+    from lab.loop import INTERRUPTED
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        INTERRUPTED.set()
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    previous = sys.unraisablehook
+    if getattr(previous, "_lab_quiet", False):
+        return
+
+    def unraisable(info: Any) -> None:
+        if isinstance(info.exc_value, KeyboardInterrupt):
+            INTERRUPTED.set()
+            return
+        previous(info)
+
+    unraisable._lab_quiet = True  # type: ignore[attr-defined]
+    sys.unraisablehook = unraisable
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 1 a run failed, 2 a usage or configuration error)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     quiet_worker_handshakes()
+    catch_interrupts()
     try:
         args = build_parser().parse_args(argv)
         if args.command in LOADS_WORKLOADS:
@@ -100,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-__all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "config_from_args", "main", "quiet_worker_handshakes"]
+__all__ = ["SUBCOMMANDS", "UsageError", "build_parser", "catch_interrupts", "config_from_args", "main",
+           "quiet_worker_handshakes"]
 
 
 if __name__ == "__main__":
