@@ -382,6 +382,8 @@ class ComputeConfig(_Family):
         return self.fused_optimizer or self.fast_kernels or self.compile
 
 
+#: Family name -> its config class. A family whose config lives in a module of its own registers it there
+#: (lab/config/memory.py).
 FAMILIES: dict[str, type[_Family]] = {
     "data": DataConfig, "precision": PrecisionConfig, "prune": PruneConfig, "quant": QuantConfig,
     "ddp": DDPConfig, "compute": ComputeConfig,

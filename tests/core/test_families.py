@@ -26,8 +26,11 @@ from lab.technique import AXES, Option, register_option
 LAB = Path(lab.__file__).parent
 #: Options built by a helper in their family's module (``masks(0.5)``), not written out as ``Option("name"``.
 GENERATED = {"prune30", "prune50", "prune70"}
-#: Options the doctor has no predictor for, with the reason (an empty set today: a new option must say why).
-NOT_PREDICTED: dict[str, str] = {}
+#: Options the doctor has no predictor for, with the reason (a new option must say why).
+NOT_PREDICTED: dict[str, str] = {
+    **dict.fromkeys(("adam8bit", "adam4bit"), "a memory lever whose step time is torchao's compiled low-bit update, "
+                    "for which nothing measures a rate yet (benchmarks/memory.py measures its bytes and step time)"),
+}
 
 
 def test_every_option_belongs_to_a_family_in_the_order_and_every_family_but_distributed_has_some():
@@ -54,7 +57,7 @@ def test_every_option_is_defined_once_in_its_familys_options_module(name):
     home = LAB / option.family / "options.py"
     assert home.is_file(), f"{name}: the {option.family} family has no options.py"
     if name in GENERATED:
-        assert re.search(rf'"prune{{round\(amount \* 100\)}}"|f"prune', home.read_text()), name
+        assert re.search(r'"prune{round\(amount \* 100\)}"|f"prune', home.read_text()), name
         return
     pattern = re.compile(rf'Option\(\s*"{re.escape(name)}"')
     defined = [p.relative_to(LAB) for p in LAB.rglob("*.py") if pattern.search(p.read_text())]
