@@ -182,8 +182,9 @@ class TrainContext:
         plan = FitPlan(phase=phase, lr=lr, probe=probe, loader=loader if loader is not None else self.make_loader(),
                        policy=policy)
         self.techniques.fit_options(self, model, plan)
-        optimizer = make_optimizer(self.cfg.optimizer, [p for p in model.parameters() if p.requires_grad], lr,
-                                   fused=plan.fused_optimizer)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = plan.optimizer(params, lr) if plan.optimizer is not None else \
+            make_optimizer(self.cfg.optimizer, params, lr, fused=plan.fused_optimizer)
         every = self.eval_every(phase, probe)
         stats = fit(model, optimizer, plan.loader, self.workload, self.device, epochs=epochs, max_steps=max_steps,
                     step_hooks=step_hooks, progress=None if probe else self.progress, phase=phase,

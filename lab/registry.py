@@ -110,7 +110,9 @@ FAMILIES: Registry = Registry("technique family")
 #: several processes registers one, under its family name; :meth:`lab.technique.TechniqueChain.launcher` picks it.
 LAUNCHERS: Registry = Registry("launcher")
 #: The order a run applies the families in (:func:`lab.technique.default_chain`): data builds the loader that
-#: distributed slices; compute swaps in fast kernels before pruning sees the model; pruning before quantization
-#: (int8 of a pruned model, never pruning of an int8 one). A new family is one package that registers itself plus
-#: its name here.
-FAMILY_ORDER = ("data", "compute", "precision", "pruning", "quant", "distributed")
+#: distributed slices; compute swaps in fast kernels before pruning sees the model; memory checkpoints the blocks
+#: of the model that trains (after compute's swap) and counts the step by role around the precision policy
+#: (after precision sets it), and hands pruning and quantization the plain model back after training; pruning
+#: before quantization (int8 of a pruned model, never pruning of an int8 one). A new family is one package that
+#: registers itself plus its name here.
+FAMILY_ORDER = ("data", "compute", "precision", "memory", "pruning", "quant", "distributed")

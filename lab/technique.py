@@ -70,6 +70,8 @@ class FitPlan:
     probe: bool  # a short measuring fit (the precision probe): no progress events, no DDP
     loader: Loader
     fused_optimizer: bool = False
+    #: ``(parameters, lr) -> optimizer`` replacing the config's (``cfg.optimizer``) for this fit: low-bit Adam state
+    optimizer: Callable[[list[nn.Parameter], float], torch.optim.Optimizer] | None = None
     policy: StepPolicy | None = None
     forward: Callable[..., torch.Tensor] | None = None
     ddp: DDPStep | None = None

@@ -67,15 +67,18 @@ class TimedArm:
     ``model``: the model the arm trains (train mode) or calls (eval mode); ``derived``: the transforms applied
     to it so far (``()`` while it is the rung's own model, ``("pruned",)`` after channel pruning), the key a
     family caches a model it builds from it under. Training: ``policy`` (autocast, backward, optimizer step),
-    ``fused`` (a fused optimizer), ``forward`` (a compiled forward), ``batches`` (a loader's batches instead of
-    the fixed one). Inference: ``autocast`` around the call. ``own_baseline``: a family whose arm changes what
-    the step is fed (a loader) times it against the same step fed the plain way, not against the fixed batch."""
+    ``fused`` (a fused optimizer), ``optimizer`` (another optimizer than Adam: low-bit state), ``forward`` (a
+    compiled forward), ``batches`` (a loader's batches instead of the fixed one). Inference: ``autocast`` around
+    the call. ``own_baseline``: a family whose arm changes what the step is fed (a loader) times it against the
+    same step fed the plain way, not against the fixed batch."""
 
     axis: str
     model: nn.Module
     derived: tuple[str, ...] = ()
     policy: StepPolicy = PLAIN
     fused: bool = False
+    #: ``(parameters, lr) -> optimizer`` instead of the step's Adam (low-bit Adam state)
+    optimizer: Callable[[list[nn.Parameter], float], torch.optim.Optimizer] | None = None
     forward: Callable[..., torch.Tensor] | None = None
     batches: Callable[[], tuple[torch.Tensor, ...]] | None = None
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
@@ -99,10 +102,11 @@ def base_arm(bench: Bench, axis: str) -> TimedArm:
 def timed_train(bench: Bench, arm: TimedArm) -> Arm:
     """One training step as a run takes it (:func:`lab.loop.train_step`: forward + loss in the policy's
     autocast, the policy's backward and optimizer step, gradients cleared), on the fixed batch or on
-    ``arm.batches()``; the optimizer is Adam at the rung's lr (fused when ``arm.fused``)."""
+    ``arm.batches()``; the optimizer is Adam at the rung's lr (fused when ``arm.fused``), or ``arm.optimizer``'s."""
     wl, model = bench.workload, arm.model
-    optimizer = make_optimizer("adam", [p for p in model.parameters() if p.requires_grad], bench.lr,
-                               fused=arm.fused)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = arm.optimizer(params, bench.lr) if arm.optimizer is not None else \
+        make_optimizer("adam", params, bench.lr, fused=arm.fused)
     fixed = (*bench.inputs, bench.target)
     feed: Iterator[tuple[torch.Tensor, ...]] = itertools.repeat(fixed) if arm.batches is None else \
         iter(arm.batches, None)

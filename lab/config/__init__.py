@@ -30,6 +30,7 @@ from lab.config.families import (
     PruneConfig,
     QuantConfig,
 )
+from lab.config.memory import MemoryConfig
 from lab.workloads import is_spec, list_workloads, load_spec, registered, spec_of
 
 SIZES = ("tiny", "small", "full")
@@ -42,6 +43,8 @@ MODEL_SCALES = ("xs", "s", "m", "l", "xl")
 _LATE_FIELDS = {"model_scale": None, "profile": False, "checkpoint_every": None, "resume": None, "eval_every": None,
                 "target_metric": None}
 _LATE_FAMILY_FIELDS = {"data": {"source": "memory", "ideal_replay": False}, "quant": {"flow": "pt2e"}}
+#: Families added after runs were first stored: left out of :meth:`RunConfig.to_dict` while off (their default).
+_LATE_FAMILIES = ("memory",)
 OPTIMIZERS = ("adam", "sgd")
 
 
@@ -114,6 +117,7 @@ class RunConfig:
     quant: QuantConfig = field(default_factory=QuantConfig)
     ddp: DDPConfig = field(default_factory=DDPConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def __post_init__(self) -> None:
         self._resolve_workload()
@@ -202,6 +206,9 @@ class RunConfig:
             for key, default in late.items():
                 if d[fam].get(key) == default and not (fam == "quant" and self.quant.enabled):
                     d[fam].pop(key, None)  # an int8 run always names its flow: pt2e and legacy never share a hash
+        for fam in _LATE_FAMILIES:
+            if not getattr(self, fam).enabled:
+                d.pop(fam)
         return d
 
     @classmethod

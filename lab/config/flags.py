@@ -20,6 +20,7 @@ from lab.config import (
     SIZES,
     DataConfig,
     DDPConfig,
+    MemoryConfig,
     PrecisionConfig,
     PruneConfig,
     QuantConfig,
@@ -47,7 +48,8 @@ ALLOWED: dict[str, Any] = {
     "prune.method": PruneConfig.METHODS, "prune.schedule": PruneConfig.SCHEDULES,
     "quant.method": QuantConfig.METHODS, "quant.flow": QuantConfig.FLOWS, "quant.observer": QuantConfig.OBSERVERS,
     "quant.reduce_range": QuantConfig.REDUCE_RANGE, "ddp.backend": DDPConfig.BACKENDS, "ddp.shard": DDPConfig.SHARDS,
-    "ddp.shard_order": DDPConfig.SHARD_ORDERS, **CHOICES,
+    "ddp.shard_order": DDPConfig.SHARD_ORDERS, "memory.checkpoint": MemoryConfig.CHECKPOINTS,
+    "memory.optimizer_state": MemoryConfig.OPTIMIZER_STATES, **CHOICES,
 }
 
 

@@ -57,6 +57,7 @@ class Rates:
     grad_scaler: Rate | None = None  # fp16's GradScaler as a rate of the optimizer class (< 1: slower)
     dynamic_int8: Rate | None = None
     fast_kernels: Rate | None = None
+    checkpoint: Rate | None = None  # this model's forward + backward, plain vs its blocks checkpointed
     tiny_op_us: float = 5.0
     crossover: dict[tuple[str, str], Rate] = field(default_factory=dict)  # (technique, axis) from the map
     batch_bytes: int = 0

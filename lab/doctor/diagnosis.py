@@ -33,6 +33,8 @@ from lab.doctor.predict_compile import attention_modules
 from lab.loop import to_device
 from lab.measure import limit_sentence, limit_sentences, load_card
 from lab.measure.profile import OP_CLASSES, Breakdown
+from lab.memory import no_blocks_refusal
+from lab.memory.checkpointing import checkpointed_copy
 from lab.precision import capability, model_gate
 from lab.registry import OPTIONS
 from lab.result import RunResult
@@ -94,6 +96,11 @@ def gate(tech: Option, cfg: RunConfig) -> str | None:
         refused = model_gate(r.workload.make_model(r.spec), dtype, r.device.type, arm.precision.fp32_modules)
         if refused:
             return f"does not apply here: {refused}"
+    if tech.overrides.get("memory.checkpoint") == "blocks":  # the run's own preflight refusal, before profiling
+        r = resolve(arm)
+        model = r.workload.make_model(r.spec)
+        if not r.workload.model_blocks(model):
+            return f"does not apply here: {no_blocks_refusal(arm.workload, model)}"
     return None
 
 
@@ -138,6 +145,10 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Option], measure: Sequence[st
             fast = ctx.workload.fast_kernels(copy.deepcopy(model))
             out.fast_kernels = rates_.model_fwd_bwd_rate(model, fast, inputs, "the workload's fast kernels vs its "
                                                          "default forward + backward on one batch")
+        if wanted.get("memory.checkpoint") == "blocks" and ctx.workload.model_blocks(model):
+            twin, names = checkpointed_copy(model, ctx.workload.model_blocks)
+            out.checkpoint = rates_.model_fwd_bwd_rate(model, twin, inputs, f"this model's forward + backward, "
+                                                       f"plain vs its {len(names)} blocks checkpointed, one batch")
         for t in techniques:
             loader = t.overrides.get("data.loader")
             data = {k: v for k, v in t.overrides.items() if k.startswith("data.")}

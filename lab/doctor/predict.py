@@ -6,7 +6,8 @@ the exception: a prefetcher does not make reading faster, it *overlaps* it with 
 ``max(compute, wait) + (1 - e) * min(compute, wait) + handoff`` (overlap efficiency ``e``). Intervals come from
 the rates' intervals by Monte-Carlo (log-normal on each side of the estimate), so a rate measured tightly
 here gives a narrow prediction and a prior gives a wide one. What each technique touches is read from its
-config overrides (``precision.dtype``, ``prune.method``, ``quant.method``, ``data.loader``, ``compute.*``),
+config overrides (``precision.dtype``, ``prune.method``, ``quant.method``, ``data.loader``, ``compute.*``,
+``memory.checkpoint``),
 so a technique registered later with the same fields is predicted too. Pure functions: tests feed
 synthetic breakdowns and rates.
 """
@@ -141,6 +142,21 @@ def predict_fast_kernels(name: str, b: Breakdown, r: Rates, axis: str = "train_s
     return Prediction(name, axis, s, lo, hi, f"forward + backward {_pct(sum(shares.values()))} of the step; the "
                       f"workload's fast kernels ran {rate.value:.2f}x on one batch ({rate.source}) -> predicted "
                       f"{_fmt(s, lo, hi)}", [rate.source])
+
+
+def predict_checkpoint(name: str, b: Breakdown, r: Rates) -> Prediction | None:
+    """Activation checkpointing per block: one more forward of the blocks in backward, a cost on forward + backward
+    only. Its rate is this model's own forward + backward with its blocks checkpointed (or the map's row); no
+    rate, no prediction (a model without blocks is refused by the run)."""
+    rate = r.crossover.get((name, "train_step")) or r.checkpoint
+    if rate is None:
+        return None
+    shares = {c: b.share(c) for c in COMPUTE}
+    s, lo, hi = amdahl(shares, dict.fromkeys(shares, rate))
+    return Prediction(name, "train_step", s, lo, hi, f"forward + backward {_pct(sum(shares.values()))} of the "
+                      f"step; with its blocks recomputed in backward they ran {rate.value:.2f}x ({rate.source}) -> "
+                      f"predicted {_fmt(s, lo, hi)} (a memory lever: it trades time for saved activations)",
+                      [rate.source])
 
 
 def predict_loader(name: str, b: Breakdown, workers: int, r: Rates, readers: int = 1) -> Prediction:
@@ -295,7 +311,9 @@ for _field, _predictor in (
         ("compute.fast_kernels", lambda on, a: predict_fast_kernels(a.name, a.train, a.rates) if on else None),
         ("data.loader", _loader),
         ("prune.method", _pruning),
-        ("quant.method", _int8)):
+        ("quant.method", _int8),
+        ("memory.checkpoint", lambda how, a: predict_checkpoint(a.name, a.train, a.rates) if how == "blocks"
+         else None)):
     PREDICTORS.register(_field, _predictor, overwrite=True)  # overwrite: importlib.reload stays idempotent
 
 

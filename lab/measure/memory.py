@@ -1,6 +1,15 @@
-"""Memory: process RSS, peak since start, and a sampler for the peak of one region (the training loop).
+"""Memory: process RSS, peak since start, a sampler for the peak of one region (the training loop), and the bytes
+of one training step by role at the tensor level (parameters, gradients, optimizer state, activations saved for
+backward).
 
-Units are in the names: ``*_mb`` mebibytes (2**20 bytes).
+Why by role as well as RSS: the process's resident set says whether a run fits, not where its bytes go, and each
+memory lever shrinks one role (activation checkpointing the saved activations, low-bit optimizer state the
+optimizer's moments). The role counts are exact byte counts of the tensors' storages, each byte counted once: a
+view or a tied weight shares its storage's bytes, a view of a larger buffer counts only the span it can reach
+(a batch sliced from the in-memory training split is the batch, not the split), and a tensor subclass that
+flattens into inner tensors (torchao's 8-bit optimizer state) is counted by those.
+
+Units are in the names: ``*_mb`` mebibytes (2**20 bytes), ``*_bytes`` bytes.
 """
 
 from __future__ import annotations
@@ -8,7 +17,8 @@ from __future__ import annotations
 import functools
 import resource
 import sys
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
 
 import torch
 
@@ -89,6 +99,141 @@ class MemorySampler:
     def __exit__(self, *exc: object) -> None:
         self.sample()
 
+
+# ------------------------------------------------------------------------------------------ bytes by role
+
+
+def _leaves(obj: Any) -> Iterator[torch.Tensor]:
+    """The plain tensors inside ``obj``: a tensor, a tensor subclass's inner tensors (``__tensor_flatten__``), or
+    the tensors of a (nested) dict / list / tuple; anything else holds none."""
+    if isinstance(obj, torch.Tensor):
+        flatten = getattr(type(obj), "__tensor_flatten__", None)
+        if flatten is not None and type(obj) is not torch.Tensor and not isinstance(obj, torch.nn.Parameter):
+            for name in flatten(obj)[0]:
+                yield from _leaves(getattr(obj, name))
+        else:
+            yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _leaves(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _leaves(v)
+
+
+def _span(t: torch.Tensor) -> tuple[int, int, int] | None:
+    """``(storage, first byte, end byte)`` of the storage bytes ``t`` can reach; ``None`` for an empty tensor or
+    one without a storage of its own (meta, sparse)."""
+    if t.numel() == 0 or t.layout != torch.strided or t.device.type == "meta":
+        return None
+    try:
+        key = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    item = t.element_size()
+    start = t.storage_offset() * item
+    return key, start, start + (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))) * item
+
+
+class ByteCount:
+    """Distinct bytes of a set of tensors: per storage, the union of the byte spans they reach. ``exclude``
+    leaves out whole storages (a parameter saved for backward is counted as a parameter, not an activation)."""
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self._spans: dict[int, list[tuple[int, int]]] = {}
+        self._excluded = {s[0] for t in _leaves(list(exclude)) if (s := _span(t)) is not None}
+
+    def add(self, *objs: Any) -> ByteCount:
+        for t in _leaves(list(objs)):
+            span = _span(t)
+            if span is not None and span[0] not in self._excluded:
+                self._spans.setdefault(span[0], []).append(span[1:])
+        return self
+
+    @property
+    def bytes(self) -> int:
+        total = 0
+        for spans in self._spans.values():
+            end = -1
+            for a, b in sorted(spans):
+                if b > end:
+                    total += b - max(a, end)
+                    end = b
+        return total
+
+    @property
+    def tensors(self) -> int:
+        """Distinct storages counted."""
+        return len(self._spans)
+
+
+def tensor_bytes(*objs: Any) -> int:
+    """Distinct bytes of the tensors in ``objs`` (tensors, subclasses, dicts / lists of them)."""
+    return ByteCount().add(*objs).bytes
+
+
+def param_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``model``'s parameters (a tied weight once)."""
+    return tensor_bytes(list(model.parameters()))
+
+
+def grad_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the gradients ``model``'s parameters hold now (``None`` gradients hold none)."""
+    return tensor_bytes([p.grad for p in model.parameters() if p.grad is not None])
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of ``optimizer``'s per-parameter state (Adam's moments and step counts; torchao's 8-bit and 4-bit
+    state by its codes, scales and quantization map, a map shared by every state tensor counted once)."""
+    return tensor_bytes(list(optimizer.state.values()))
+
+
+class SavedTensorBytes:
+    """Within ``with``: the distinct bytes of the tensors autograd saves for backward
+    (``torch.autograd.graph.saved_tensors_hooks``), storages in ``exclude`` (the parameters) left out, plus what
+    :meth:`note` adds. Why :meth:`note`: a non-reentrant activation checkpoint saves nothing through the hooks
+    while its block runs (its own hook keeps no tensor) but keeps the block's inputs for the recompute; it notes
+    them here, so a checkpointed step's count is what it really keeps. The model's input batch is counted when
+    its first layer saves it (what the step holds for backward)."""
+
+    _active: ClassVar[list[SavedTensorBytes]] = []
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self.count = ByteCount(exclude)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        self.count.add(t)
+        return t
+
+    @staticmethod
+    def _unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    @classmethod
+    def active(cls) -> SavedTensorBytes | None:
+        """The innermost count in progress (``None``: none)."""
+        return cls._active[-1] if cls._active else None
+
+    def note(self, *objs: Any) -> None:
+        """Count tensors kept for backward outside autograd's saved tensors (a checkpoint's inputs)."""
+        self.count.add(*objs)
+
+    @property
+    def bytes(self) -> int:
+        return self.count.bytes
+
+    def __enter__(self) -> SavedTensorBytes:
+        self._hooks.__enter__()
+        self._active.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._active.remove(self)
+        self._hooks.__exit__(*exc)
+
+
 __all__ = [
-    "MemorySampler", "MIB", "peak_memory_mb", "rss_mb",
+    "ByteCount", "MemorySampler", "MIB", "SavedTensorBytes", "grad_bytes", "optimizer_state_bytes", "param_bytes",
+    "peak_memory_mb", "rss_mb", "tensor_bytes",
 ]

@@ -150,6 +150,9 @@ class Workload:
     #: Optional model-size ladder ``{rung: Rung}`` over :data:`SCALE_NAMES` (the built-ins have one; a user
     #: workload may add one): ``RunConfig.model_scale`` builds the rung's model on the same data.
     scales: dict[str, Rung] = field(default_factory=dict)
+    #: Optional ``fn(model) -> [block modules]``: the blocks activation checkpointing recomputes in backward
+    #: (``memory.checkpoint``); ``None``: :func:`default_blocks` finds them (:meth:`model_blocks`).
+    blocks: Callable[[nn.Module], list[nn.Module]] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.sizes, SizeSpec):  # one spec serves every size
@@ -158,6 +161,11 @@ class Workload:
         if unknown:
             raise ValueError(f"workload {self.name!r}: unknown model-scale rung(s) {unknown}; rungs are "
                              + ", ".join(SCALE_NAMES))
+
+    def model_blocks(self, model: nn.Module) -> list[nn.Module]:
+        """The blocks of ``model`` that activation checkpointing recomputes one at a time: the workload's own
+        :attr:`blocks` when it names them, else :func:`default_blocks`. Empty: the model has none."""
+        return list(self.blocks(model)) if self.blocks is not None else default_blocks(model)
 
     def rungs(self) -> list[str]:
         """This workload's ladder rungs, smallest first (empty: no ladder)."""
@@ -182,6 +190,48 @@ class Workload:
             raise ValueError(
                 f"workload {self.name!r} has no size {size!r}; available: {sorted(self.sizes)}"
             ) from None
+
+
+#: Modules that only hold others: never a block themselves, their members may be.
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+#: The base class Hugging Face Transformers gives the layers it checkpoints itself (matched by name: importing
+#: transformers here would make it a dependency of every workload).
+HF_CHECKPOINT_LAYER = "GradientCheckpointingLayer"
+
+
+def default_blocks(model: nn.Module) -> list[nn.Module]:
+    """A model's blocks, for activation checkpointing: the layers Hugging Face marks as checkpointable (its
+    ``GradientCheckpointingLayer``: BERT's, GPT-2's, ViT's layers), else the outermost *composite* members of a
+    container (a module with parameterised sub-modules of its own, held by an ``nn.Sequential`` /
+    ``nn.ModuleList`` / ``nn.ModuleDict``): ``nn.TransformerEncoder``'s layers, a ResNet's residual blocks (the
+    lab's, torchvision's, the stages of Hugging Face's), a user's ``nn.Sequential(Block(), Block())``. Why
+    composite: checkpointing a lone ``nn.Linear`` keeps its input, which its backward needed anyway, and saves
+    nothing; an MLP of ``Linear`` / ``ReLU`` or an LSTM has no block, and checkpointing refuses it."""
+    marked: list[nn.Module] = []
+
+    def visit_marked(m: nn.Module) -> None:
+        for child in m.children():
+            if any(c.__name__ == HF_CHECKPOINT_LAYER for c in type(child).__mro__):
+                marked.append(child)
+            else:
+                visit_marked(child)
+
+    visit_marked(model)
+    if marked:
+        return marked
+    found: list[nn.Module] = []
+
+    def visit(m: nn.Module) -> None:
+        for child in m.children():
+            composite = not isinstance(child, CONTAINERS) and any(
+                any(True for _ in sub.parameters()) for sub in child.children())
+            if isinstance(m, CONTAINERS) and composite:
+                found.append(child)
+            else:
+                visit(child)
+
+    visit(model)
+    return found
 
 
 _REGISTRY = WORKLOADS  # lab.registry.WORKLOADS: the one registry of workload names

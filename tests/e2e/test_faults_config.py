@@ -22,6 +22,7 @@ from lab.config import (
     ComputeConfig,
     DataConfig,
     DDPConfig,
+    MemoryConfig,
     PrecisionConfig,
     PruneConfig,
     QuantConfig,
@@ -50,6 +51,8 @@ API_BAD = [
     (lambda: dataclasses.replace(RunConfig(), seed="x"), "seed='x'"),
     (lambda: PruneConfig(method="l1_unstructured", amount=0.5, layers=["fc"]), "prune.layers=['fc']"),
     (lambda: DDPConfig(world_size=2, timeout_s=math.inf), "ddp.timeout_s=inf"),
+    (lambda: MemoryConfig(checkpoint="layers"), "memory.checkpoint='layers'"),
+    (lambda: RunConfig.from_dict({"memory": {"optimizer_state": "int2"}}), "memory.optimizer_state='int2'"),
 ]
 
 
@@ -74,6 +77,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ddp.backend": DDPConfig.BACKENDS, "data.source": DataConfig.SOURCES, "quant.flow": QuantConfig.FLOWS,
     "quant.reduce_range": QuantConfig.REDUCE_RANGE,
     "model_scale": MODEL_SCALES, "ddp.shard": DDPConfig.SHARDS, "ddp.shard_order": DDPConfig.SHARD_ORDERS,
+    "memory.checkpoint": MemoryConfig.CHECKPOINTS, "memory.optimizer_state": MemoryConfig.OPTIMIZER_STATES,
 }
 
 
@@ -201,7 +205,9 @@ def valid_configs(draw) -> RunConfig:
         eval_batch_size=draw(st.integers(1, 1 << 20)), latency_repeats=draw(st.integers(0, 100_000)),
         data=data, precision=precision, prune=prune, quant=quant, ddp=ddp,
         compute=ComputeConfig(fused_optimizer=draw(st.booleans()), fast_kernels=draw(st.booleans()),
-                              compile=draw(st.booleans())))
+                              compile=draw(st.booleans())),
+        memory=MemoryConfig(checkpoint=draw(st.sampled_from(MemoryConfig.CHECKPOINTS)),
+                            optimizer_state=draw(st.sampled_from(MemoryConfig.OPTIMIZER_STATES))))
 
 
 def to_argv(cfg: RunConfig) -> list[str]:

@@ -1,0 +1,45 @@
+"""The memory family's config: levers that lower a training step's memory (:mod:`lab.memory`, docs/memory.md).
+
+One module per family's config (:mod:`lab.config.families` lists them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lab.config.checks import check_choice
+from lab.config.family import _Family
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig(_Family):
+    """``checkpoint="blocks"`` recomputes each of the model's blocks (``Workload.model_blocks``) in backward instead
+    of keeping its activations (``torch.utils.checkpoint``, non-reentrant); ``optimizer_state`` keeps Adam's two
+    moments in 8 or 4 bits (torchao's ``AdamW8bit`` / ``AdamW4bit`` at weight decay 0: Adam's update) instead of
+    fp32. Neither changes the model: checkpointing gives the plain run's losses and gradients up to float rounding,
+    low-bit state an Adam whose moments are rounded."""
+
+    family: ClassVar[str] = "memory"
+    SWITCH: ClassVar[str] = "memory.checkpoint other than 'none' or memory.optimizer_state other than 'fp32'"
+    CHECKPOINTS: ClassVar[tuple[str, ...]] = ("none", "blocks")
+    OPTIMIZER_STATES: ClassVar[tuple[str, ...]] = ("fp32", "int8", "int4")
+    HELP: ClassVar[dict[str, str]] = {
+        "checkpoint": "activation checkpointing: blocks recomputes each of the model's blocks in backward instead "
+                      "of keeping its activations (fewer saved bytes, one more forward of the blocks); none: off",
+        "optimizer_state": "Adam's moments in fp32, or block-quantized in int8 / int4 (torchao AdamW8bit / "
+                           "AdamW4bit: about 4x / 8x fewer bytes; needs --optimizer adam)",
+    }
+
+    checkpoint: str = "none"
+    optimizer_state: str = "fp32"
+
+    def __post_init__(self) -> None:
+        check_choice(self._name("checkpoint"), self.checkpoint, self.CHECKPOINTS)
+        check_choice(self._name("optimizer_state"), self.optimizer_state, self.OPTIMIZER_STATES)
+        self._refuse_when_off()
+
+    @property
+    def enabled(self) -> bool:
+        return self.checkpoint != "none" or self.optimizer_state != "fp32"
+

@@ -1,0 +1,154 @@
+"""Memory: train what does not fit. ``memory.checkpoint="blocks"`` (activation checkpointing per block, the
+workload's :meth:`~lab.workloads.Workload.model_blocks`) and ``memory.optimizer_state="int8" | "int4"`` (Adam's
+moments in 8 / 4 bits, torchao), each verified by its effect; and every run's step counted by role
+(``details["memory"]``: parameters, gradients, optimizer state, activations saved for backward) beside the
+process RSS peak the loop samples. Page: docs/memory.md.
+
+Where it sits in a run (:data:`lab.registry.FAMILY_ORDER`, after compute and precision, before pruning): its
+``before_training`` checkpoints the blocks of the model that trains (after compute's fast-kernel swap); its
+``fit_options`` sets the fit's optimizer (low-bit state) and wraps the precision policy precision has set with
+the counting one (:mod:`lab.memory.roles`); its ``after_training`` hands pruning and quantization the plain
+model (checkpointing is a training-time lever: a fine-tune after pruning or QAT runs unchecked).
+
+What each lever costs is measured, not assumed: ``benchmarks/memory.py`` (saved-activation and optimizer-state
+bytes ratios, step-time ratios with intervals on the transformer and vision ladders); the doctor predicts
+checkpointing's step time from this model's own forward + backward with its blocks checkpointed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from torch import nn
+
+from lab.config import RunConfig
+from lab.context import TrainContext
+from lab.loop import FitStats, StepHook
+from lab.memory.checkpointing import checkpoint_blocks, checkpointed_copy, restore_blocks
+from lab.memory.optim import LOW_BIT, low_bit_adam, low_bit_class
+from lab.memory.roles import CountingStep
+from lab.registry import FAMILIES
+from lab.result import RunResult
+from lab.technique import FitPlan, Option, Technique
+from lab.timed import TRAIN, Bench, NotTimed, TimedArm
+
+
+def no_blocks_refusal(workload: str, model: nn.Module) -> str:
+    """The one line a model without blocks is refused with."""
+    return (f"memory.checkpoint='blocks' is invalid for workload {workload!r}: its model ({type(model).__name__}) "
+            "has no blocks to checkpoint (no composite module held by an nn.Sequential / nn.ModuleList, no Hugging "
+            "Face checkpointable layer); a workload names its own with Workload(blocks=fn)")
+
+
+class Memory(Technique):
+    """Activation checkpointing per block and low-bit Adam state; memory by role in every run."""
+
+    name = "memory"
+
+    def check(self, cfg: RunConfig) -> None:
+        """Low-bit state is Adam's: refused with SGD, with torch's fused Adam (one or the other), with checkpoint /
+        resume (read weights-only, which does not load torchao's state tensors) and without torchao."""
+        state = cfg.memory.optimizer_state
+        if state == "fp32":
+            return
+        what = f"memory.optimizer_state={state!r} is invalid"
+        if cfg.optimizer != "adam":
+            raise ValueError(f"{what} with optimizer={cfg.optimizer!r}: low-bit state is Adam's two moments "
+                             f"(torchao {LOW_BIT[state]}); use --optimizer adam")
+        if cfg.compute.fused_optimizer:
+            raise ValueError(f"{what} with compute.fused_optimizer: torchao's low-bit Adam is its own compiled "
+                             "update, not torch's fused kernel; choose one")
+        if cfg.checkpoint_every is not None or cfg.resume is not None:
+            raise ValueError(f"{what} with checkpoint_every / resume: checkpoints are read weights-only, which does "
+                             "not load torchao's low-bit state tensors")
+        low_bit_class(state)
+
+    def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
+        """Refuse checkpointing a model without blocks, before any training."""
+        if ctx.cfg.memory.checkpoint == "blocks" and not ctx.workload.model_blocks(model):
+            raise ValueError(no_blocks_refusal(ctx.cfg.workload, model))
+
+    def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
+        """Checkpoint the blocks of the model that trains."""
+        if ctx.cfg.memory.checkpoint == "blocks":
+            blocks = ctx.workload.model_blocks(model)
+            if not blocks:  # the model that trains is not the one preflight saw (a fast-kernel swap)
+                raise ValueError(no_blocks_refusal(ctx.cfg.workload, model))
+            ctx.state["memory.blocks"] = checkpoint_blocks(model, blocks)
+        return model, []
+
+    def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
+        """Every fit: the low-bit optimizer. The main training fit: its first step counted by role."""
+        state = ctx.cfg.memory.optimizer_state
+        if state != "fp32":
+            plan.optimizer = low_bit_adam(state)
+        if plan.phase != "train" or plan.probe:
+            return
+        counting = CountingStep(plan.policy, model, activations=plan.forward is None)
+        plan.policy = counting
+
+        def record(stats: FitStats) -> None:
+            if counting.record is None:  # no step was taken
+                return
+            rec = {**counting.record, "checkpoint": ctx.cfg.memory.checkpoint, "optimizer_state": state,
+                   "counted_step": 0}
+            if "memory.blocks" in ctx.state:
+                rec["checkpointed_blocks"] = ctx.state["memory.blocks"]
+            if state != "fp32":
+                rec["optimizer_compile_s"] = first_step_excess_s(stats.step_times_ms.get("optimizer", []))
+            ctx.result.details["memory"] = rec
+
+        plan.finished.append(record)
+
+    def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
+        """The plain model for what follows (evaluation, pruning, quantization): no block stays checkpointed."""
+        restore_blocks(model)
+        return model
+
+    def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
+        """Training only. Checkpointing: the arm trains a deep copy of its model with the blocks checkpointed.
+        Low-bit state: the arm's optimizer is torchao's low-bit Adam (its first step compiles: the map's warm-up
+        calls take it)."""
+        o = option.overrides
+        if arm.axis != TRAIN:
+            raise NotTimed(f"{option.name} changes what a training step keeps: training only")
+        if o.get("memory.checkpoint") == "blocks":
+            if arm.forward is not None:
+                raise NotTimed(f"{option.name} checkpoints a copy of the model; the arm's forward was compiled from "
+                               "the model before it")
+            try:
+                model, names = checkpointed_copy(arm.model, bench.workload.model_blocks)
+            except ValueError:
+                raise NotTimed(no_blocks_refusal(bench.workload.name, arm.model)) from None
+            arm.notes.append(f"{len(names)} blocks checkpointed")
+            arm.derive(model, "checkpointed")
+        state = o.get("memory.optimizer_state", "fp32")
+        if state != "fp32":
+            if arm.fused:
+                raise NotTimed(f"{option.name} replaces the optimizer; the arm's is torch's fused Adam")
+            arm.optimizer = low_bit_adam(state)
+            arm.notes.append(f"torchao {LOW_BIT[state]}")
+
+    def report(self, result: RunResult) -> dict[str, Any]:
+        """Which levers ran, and the step's bytes by role."""
+        cfg = (result.config or {}).get("memory", {})
+        rec = result.details.get("memory") or {}
+        out: dict[str, Any] = {"checkpoint": cfg.get("checkpoint", "none"),
+                               "optimizer_state": cfg.get("optimizer_state", "fp32")}
+        out.update({k: rec[k] for k in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
+                                        "saved_activations_bytes") if k in rec})
+        return out
+
+
+def first_step_excess_s(ms: list[float]) -> float:
+    """The first sample's time beyond the median of the others, in seconds (a first-step compile)."""
+    if len(ms) < 2:
+        return 0.0
+    return max(ms[0] - statistics.median(ms[1:]), 0.0) / 1e3
+
+
+TECHNIQUE = FAMILIES.register(Memory.name, Memory(), overwrite=True)  # overwrite: importlib.reload stays idempotent
+from lab.memory import options  # noqa: E402, F401 - the family's option strings, registered with it
+
+__all__ = ["TECHNIQUE", "Memory", "first_step_excess_s", "no_blocks_refusal"]

@@ -1,0 +1,17 @@
+"""The memory family's option strings: what a step keeps, not how fast it runs."""
+
+from __future__ import annotations
+
+from lab.technique import TRAINING, Option, register_options
+
+register_options(
+    Option("checkpoint_blocks", {"memory.checkpoint": "blocks"}, "memory",
+           "activation checkpointing per block: each block's activations recomputed in backward (less memory, one "
+           "more forward of the blocks)", axes=TRAINING),
+    Option("adam8bit", {"memory.optimizer_state": "int8"}, "memory",
+           "Adam's moments in 8 bits (torchao AdamW8bit): ~4x fewer optimizer-state bytes; compiles on its first "
+           "step", axes=TRAINING),
+    Option("adam4bit", {"memory.optimizer_state": "int4"}, "memory",
+           "Adam's moments in 4 bits (torchao AdamW4bit): ~8x fewer optimizer-state bytes; compiles on its first "
+           "step", axes=TRAINING),
+)
