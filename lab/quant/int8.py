@@ -36,8 +36,10 @@ from lab.quant.swap import (
     MIN_EMBEDDING_DIM,
     WHY_CONV1D,
     WHY_FASTPATH,
+    WHY_FLOAT_ANCHOR,
     check_swapped,
     is_conv1d,
+    keep_a_float_parameter,
     keep_int8_layers_unfused,
     linearize_conv1d,
     narrow_embeddings,
@@ -339,6 +341,9 @@ def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: I
                     nn.Embedding: tq.float_qparams_weight_only_qconfig}
             spec.update(dict.fromkeys(skip))  # a module name overrides its type's qconfig: None = stay float
             q = tq.quantize_dynamic(copy.deepcopy(float_model), spec, dtype=torch.qint8)
+            anchor = keep_a_float_parameter(float_model, q)  # the model's own forward runs on the int8 modules
+            if anchor:
+                info["float_parameter_kept"] = {"parameter": anchor, "why": WHY_FLOAT_ANCHOR}
         elif qc.method == "static":
             batches = calibration_batches(calibration_loader, qc.calibration_batches)
             mapping, info["mapping"] = _qconfig_mapping(qc, engine, batches[0], skip)
