@@ -27,7 +27,7 @@ from lab.config import RunConfig
 from lab.context import TrainContext, resolve_device
 from lab.distributed import ddp, launch
 from lab.distributed.ddp import *  # noqa: F403 - the names in its __all__
-from lab.distributed.ddp import RankSlicedLoader, describe, setup_for_run, unwrap, wrap
+from lab.distributed.ddp import WHY_CONTIGUOUS_BUFFERS, RankSlicedLoader, describe, setup_for_run, unwrap, wrap
 from lab.distributed.launch import *  # noqa: F403 - the names in its __all__
 from lab.distributed.launch import check_spawn_world_size, detect_launch, finish, resolve_backend, spawn_run
 from lab.loop import Loader
@@ -83,8 +83,16 @@ class DataParallelLauncher(Launcher):
         ctx.ddp, ctx.state["ddp.created_group"] = setup_for_run(ctx.cfg, ctx.device)
 
     def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
-        """Wrap in DistributedDataParallel when there are several ranks (after the untrained evaluation)."""
-        return wrap(model, ctx.ddp, ctx.cfg.ddp, ctx.device) if ctx.ddp is not None else model
+        """Wrap in DistributedDataParallel when there are several ranks (after the untrained evaluation); buffers
+        DDP could not broadcast into are made contiguous first, and ``why`` names them."""
+        if ctx.ddp is None:
+            return model
+        before = len(ctx.ddp.buffers_made_contiguous)
+        wrapped = wrap(model, ctx.ddp, ctx.cfg.ddp, ctx.device)
+        if len(ctx.ddp.buffers_made_contiguous) > before:
+            names = ", ".join(ctx.ddp.buffers_made_contiguous[before:])
+            ctx.result.why.append(f"ddp: buffer(s) {names} made contiguous before wrapping: {WHY_CONTIGUOUS_BUFFERS}")
+        return wrapped
 
     def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         """Unwrap and record ranks, backend, effective batch and bytes per step."""

@@ -94,6 +94,8 @@ class DDPRuntime:
     backend: str
     grad_accum_steps: int = 1
     recorder: CommRecorder | None = None
+    #: buffers :func:`wrap` replaced by contiguous copies (:func:`contiguous_buffers`)
+    buffers_made_contiguous: list[str] = field(default_factory=list)
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
         """Skip the all-reduce on accumulation micro-steps (gradients add up locally; one sync per step)."""
@@ -102,10 +104,49 @@ class DDPRuntime:
         return contextlib.nullcontext()
 
 
+WHY_CONTIGUOUS_BUFFERS = (
+    "DDP broadcasts every buffer from rank 0 before each forward and writes it back through a flat view laid out as "
+    "the buffer's shape; a buffer whose strides differ from that layout (a transposed view such as "
+    "pe.unsqueeze(0).transpose(0, 1), even where is_contiguous() says True) fails there ('some elements of the input "
+    "tensor and the written-to tensor refer to a single memory location'), so each was replaced by a contiguous copy "
+    "with the same values (.contiguous() would return it unchanged)")
+
+
+def _row_major(t: torch.Tensor) -> bool:
+    """Strides exactly those of a fresh tensor of ``t``'s shape (size-1 dimensions included, unlike
+    ``is_contiguous()``)."""
+    expected = 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride()), strict=True):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def contiguous_buffers(model: nn.Module) -> list[str]:
+    """Replace, in place, every buffer of ``model`` not laid out row-major by a row-major copy (the same values;
+    a buffer registered in several modules gets one copy), so DDP's buffer broadcast can write into it
+    (:data:`WHY_CONTIGUOUS_BUFFERS`); returns the buffers replaced (each once, by its first name)."""
+    copies: dict[int, torch.Tensor] = {}
+    names = []
+    for prefix, module in model.named_modules():
+        for key, buf in list(module._buffers.items()):
+            if buf is None or buf.numel() <= 1 or (id(buf) not in copies and _row_major(buf)):
+                continue
+            if id(buf) not in copies:
+                copies[id(buf)] = buf.clone(memory_format=torch.contiguous_format)
+                names.append(f"{prefix}.{key}" if prefix else key)
+            module._buffers[key] = copies[id(buf)]
+    return names
+
+
 def wrap(model: nn.Module, runtime: DDPRuntime, cfg: DDPConfig, device: torch.device) -> nn.Module:
-    """Wrap in DistributedDataParallel with the config's bucket size and a recording comm hook."""
+    """Wrap in DistributedDataParallel with the config's bucket size and a recording comm hook; buffers DDP could
+    not broadcast into are made contiguous first (``runtime.buffers_made_contiguous``)."""
     if not runtime.info.distributed:
         return model
+    runtime.buffers_made_contiguous += [n for n in contiguous_buffers(model)
+                                        if n not in runtime.buffers_made_contiguous]
     ids = [device.index if device.index is not None else runtime.info.local_rank] if device.type == "cuda" else None
     ddp = DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb)
     runtime.recorder = CommRecorder(runtime.info.world_size)
@@ -148,6 +189,7 @@ def describe(runtime: DDPRuntime, cfg, batch_size: int, lr: float) -> dict[str, 
         "buckets_per_step": rec.buckets_per_step[-1] if rec and rec.buckets_per_step else 0,
         "comm_meaning": "wall ms the bucket all-reduces were in flight (issue to completion, union); overlaps "
                         "backward, so the backward phase excludes it",
+        "buffers_made_contiguous": list(runtime.buffers_made_contiguous),
     }
 
 
@@ -185,6 +227,6 @@ def measure_allreduce_s(sizes_bytes: Sequence[int], repeats: int = 10) -> list[f
     return best
 
 __all__ = [
-    "CommRecorder", "DDPRuntime", "describe", "measure_allreduce_s", "RankSlicedLoader", "ring_allreduce",
-    "setup_for_run", "unwrap", "wrap",
+    "CommRecorder", "contiguous_buffers", "DDPRuntime", "describe", "measure_allreduce_s", "RankSlicedLoader",
+    "ring_allreduce", "setup_for_run", "unwrap", "WHY_CONTIGUOUS_BUFFERS", "wrap",
 ]

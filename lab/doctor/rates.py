@@ -36,7 +36,7 @@ from torch import nn
 from lab.bench import BENCH_DIR
 from lab.crossover.names import in_current_names
 from lab.distributed.scaling import Link
-from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms
+from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms, module_device
 from lab.precision import PrecisionPolicy
 
 CROSSOVER_AXES = ("train_step", "inference")
@@ -289,7 +289,7 @@ def precision_rates(shapes: Shapes, dtypes: Sequence[str]) -> dict[tuple[str, st
             continue
         mod, shape = found
         mod = copy.deepcopy(mod).float().train()
-        x = torch.randn(shape, device=next(mod.parameters()).device)
+        x = torch.randn(shape, device=module_device(mod))
         arms = {"fp32": _fwd_bwd(mod, x, "fp32")}
         arms.update({d: _fwd_bwd(mod, x, d) for d in dtypes})
         errors: dict[str, str] = {}

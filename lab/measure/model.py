@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
+
+
+def module_device(module: nn.Module, default: torch.device | str = "cpu") -> torch.device:
+    """Where ``module`` lives: its first parameter's device, else its first buffer's, else ``default``. Never
+    ``next(module.parameters())`` alone: an int8 model keeps its weights in packed params, and a module may hold
+    only buffers, or nothing."""
+    first = next(itertools.chain(module.parameters(), module.buffers()), None)
+    return first.device if first is not None else torch.device(default)
 
 
 def count_params(model: nn.Module) -> int:
@@ -249,7 +258,7 @@ def weights_used_per_sample_guard(model: nn.Module, macs_per_sample: float) -> s
 
 __all__ = [
     "count_macs", "count_macs_by_dtype", "count_nonzero_params", "count_params", "evaluation_mode", "hooks_removed",
-    "serialized_size_bytes", "weights_used_per_sample", "weights_used_per_sample_guard",
+    "module_device", "serialized_size_bytes", "weights_used_per_sample", "weights_used_per_sample_guard",
 ]
 
 

@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from lab.measure import module_device
+
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -72,8 +74,7 @@ def low_precision_kernel_error(module: nn.Module, dtype: str, device_type: str) 
     kernel here. Only RNNs are probed: they are the modules seen failing (oneDNN LSTM in fp16 on CPU)."""
     if not isinstance(module, nn.RNNBase):
         return None
-    p = next(module.parameters())
-    x = torch.zeros(1, 1, module.input_size, device=p.device)
+    x = torch.zeros(1, 1, module.input_size, device=module_device(module))
     try:  # with grad enabled: oneDNN's fp16 LSTM fails only for training (forward works under no_grad)
         with torch.enable_grad(), torch.autocast(device_type, dtype=TORCH_DTYPES[dtype]):
             module(x)

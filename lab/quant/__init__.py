@@ -1,5 +1,6 @@
 """Int8 quantization: dynamic, static (calibrated) and quantization-aware training (:mod:`.int8`), through
-torchao PT2E + X86InductorQuantizer compiled by Inductor (:mod:`.pt2e`, ``quant.flow='pt2e'``, the default) or
+torchao PT2E + X86InductorQuantizer compiled by Inductor (:mod:`.pt2e`, ``quant.flow='pt2e'``, the default; what
+a pasted model needs to export and be annotated is :mod:`.export`) or
 the legacy torch.ao path (``quant.flow='legacy'``), or whichever of the two is faster on the run's own model and
 batch (``quant.flow='auto'``, :mod:`.flow_auto`); a swap guard that refuses a no-op (:mod:`.swap` for modules,
 :mod:`.graph` for PT2E graphs); and float-vs-int8 measured the lab's way (:mod:`.report`, :mod:`.fair`: size,
@@ -19,8 +20,9 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
-from lab.quant import fair, flow_auto, graph, int8, numerics, pt2e, storage, swap
+from lab.quant import export, fair, flow_auto, graph, int8, numerics, pt2e, storage, swap
 from lab.quant import report as report_
+from lab.quant.export import *  # noqa: F403 - the names in its __all__
 from lab.quant.fair import *  # noqa: F403 - the names in its __all__
 from lab.quant.flow_auto import *  # noqa: F403 - the names in its __all__
 from lab.quant.graph import *  # noqa: F403 - the names in its __all__
@@ -39,8 +41,8 @@ from lab.result import RunResult
 from lab.technique import Option, Technique
 from lab.timed import INFER, Bench, NotTimed, TimedArm
 
-__all__ = [*fair.__all__, *flow_auto.__all__, *graph.__all__, *int8.__all__, *numerics.__all__, *pt2e.__all__,
-           *report_.__all__, *storage.__all__, *swap.__all__, "Quantization", "TECHNIQUE"]
+__all__ = [*export.__all__, *fair.__all__, *flow_auto.__all__, *graph.__all__, *int8.__all__, *numerics.__all__,
+           *pt2e.__all__, *report_.__all__, *storage.__all__, *swap.__all__, "Quantization", "TECHNIQUE"]
 
 
 def _quantize_trained(ctx: TrainContext, model: nn.Module) -> nn.Module:

@@ -19,9 +19,9 @@ decisively; below 1: legacy is. A CI that spans 1 (or fewer than :data:`MIN_REPE
 the flow faster by the paired median is taken and the record says the two are within noise. So where the probe is
 decisive auto takes the faster candidate (never > 5 % slower than the best one). A flow that cannot run this
 model / config (torchao missing, a PT2E refusal, a legacy model that FX cannot trace, an RNN that PT2E sends to
-legacy anyway) is not a candidate, and the record says why. The chosen flow's record is the run's
-``details["quant"]`` with ``details["quant"]["auto"]`` beside it. QAT is refused with auto (it would fine-tune
-twice); ``--quant-flow pt2e`` / ``legacy`` choose it by hand.
+legacy anyway, a model torch.export cannot trace) is not a candidate, and the record says why. The chosen flow's
+record is the run's ``details["quant"]`` with ``details["quant"]["auto"]`` beside it. QAT is refused with auto (it
+would fine-tune twice); ``--quant-flow pt2e`` / ``legacy`` choose it by hand.
 """
 
 from __future__ import annotations
@@ -117,6 +117,10 @@ def probe_flows(model: nn.Module, qc: QuantConfig, quantize: Callable[[QuantConf
     refused = candidate_refusals(model, qc)
     t0 = time.perf_counter()
     built = {flow: quantize(dataclasses.replace(qc, flow=flow)) for flow in CANDIDATES if flow not in refused}
+    for flow, (_, info) in list(built.items()):  # pt2e that fell back (torch.export failed) is the legacy candidate
+        if info.get("flow") != flow and info["flow"] in built:
+            refused[flow] = info.get("flow_fallback") or f"{flow} ran as {info['flow']}"
+            del built[flow]
     iters = 1
     if len(built) > 1:
         models = {f: q for f, (q, _) in built.items()}

@@ -30,14 +30,17 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import resolve_device
+from lab.quant.export import ExportFailed
 from lab.quant.numerics import reduce_range_choice
 from lab.quant.swap import (
     API,
     MIN_EMBEDDING_DIM,
     WHY_CONV1D,
     WHY_FASTPATH,
+    WHY_FLOAT_ANCHOR,
     check_swapped,
     is_conv1d,
+    keep_a_float_parameter,
     keep_int8_layers_unfused,
     linearize_conv1d,
     narrow_embeddings,
@@ -235,10 +238,9 @@ def contiguous_embedding_indices(model: nn.Module) -> list[str]:
     return names
 
 
-def check_fx_traceable(model: nn.Module, method: str) -> None:
-    """Before training: the legacy static / QAT flow builds its int8 model by FX symbolic tracing, which many
-    library models (Hugging Face ones: ``len()`` of a proxy, data-dependent masks) cannot pass; refuse with the
-    tracer's reason and the flow that can (torch.export)."""
+def fx_trace_failure(model: nn.Module) -> str | None:
+    """Why FX symbolic tracing (the legacy static / QAT flow's first step) fails on ``model``, in one line; None
+    when it traces."""
     from torch.ao.quantization.fx.tracer import QuantizationTracer
 
     try:
@@ -246,9 +248,18 @@ def check_fx_traceable(model: nn.Module, method: str) -> None:
             QuantizationTracer([], []).trace(copy.deepcopy(model).cpu().eval())
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"{type(exc).__name__}: {first[:200]}"
+    return None
+
+
+def check_fx_traceable(model: nn.Module, method: str) -> None:
+    """Before training: the legacy static / QAT flow builds its int8 model by FX symbolic tracing, which many
+    library models (Hugging Face ones: ``len()`` of a proxy, data-dependent masks) cannot pass; refuse with the
+    tracer's reason and the flow that can (torch.export)."""
+    why = fx_trace_failure(model)
+    if why is not None:
         raise ValueError(f"quant.method={method!r} with quant.flow='legacy' cannot trace {type(model).__name__}: FX "
-                         f"symbolic tracing fails ({type(exc).__name__}: {first[:200]}); use quant.flow='pt2e' "
-                         "(torch.export traces it)") from None
+                         f"symbolic tracing fails ({why}); use quant.flow='pt2e' (torch.export traces it)")
 
 
 def quantize(model: nn.Module, cfg: QuantConfig | RunConfig, calibration_loader: Iterable | None = None, *,
@@ -298,13 +309,31 @@ def _dispatch(model: nn.Module, qc: QuantConfig, calibration_loader: Iterable | 
     if qc.flow == "pt2e":
         from lab.quant import pt2e
 
-        if not (qc.method == "dynamic" and pt2e.has_rnn(model)):
-            return pt2e.quantize_pt2e_with_report(model, qc, lambda n: calibration_batches(calibration_loader, n),
-                                                  finetune=finetune, example_inputs=example_inputs)
+        if qc.method == "dynamic" and pt2e.has_rnn(model):
+            why = pt2e.WHY_RNN_FALLBACK
+        else:
+            try:
+                return pt2e.quantize_pt2e_with_report(model, qc, lambda n: calibration_batches(calibration_loader, n),
+                                                      finetune=finetune, example_inputs=example_inputs)
+            except ExportFailed as exc:
+                why = _export_fallback_reason(model, qc.method, str(exc))
         q, info = _legacy_with_report(model, qc, calibration_loader, finetune=finetune, example_inputs=example_inputs)
-        info.update(flow_asked="pt2e", flow_fallback=pt2e.WHY_RNN_FALLBACK)
+        info.update(flow_asked="pt2e", flow_fallback=why)
         return q, info
     return _legacy_with_report(model, qc, calibration_loader, finetune=finetune, example_inputs=example_inputs)
+
+
+def _export_fallback_reason(model: nn.Module, method: str, export_failure: str) -> str:
+    """Why a model torch.export cannot trace takes the legacy flow (one line), or a ``ValueError`` when that flow
+    cannot trace it either (static and QAT go through FX symbolic tracing; dynamic swaps modules, no tracing)."""
+    if method != "dynamic":
+        fx = fx_trace_failure(model)
+        if fx is not None:
+            raise ValueError(f"quant.method={method!r} cannot quantize {type(model).__name__}: the PT2E flow's "
+                             f"{export_failure}, and the legacy flow's FX symbolic tracing fails too ({fx}); keep "
+                             "data-dependent Python control flow out of forward, or use quant.method='dynamic'")
+    how = "swaps modules, nothing traced" if method == "dynamic" else "FX symbolic tracing traces it"
+    return f"{export_failure}; the legacy torch.ao flow ({API[method].split(' ')[0]}: {how}) took it"
 
 
 def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: Iterable | None = None, *,
@@ -339,6 +368,9 @@ def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: I
                     nn.Embedding: tq.float_qparams_weight_only_qconfig}
             spec.update(dict.fromkeys(skip))  # a module name overrides its type's qconfig: None = stay float
             q = tq.quantize_dynamic(copy.deepcopy(float_model), spec, dtype=torch.qint8)
+            anchor = keep_a_float_parameter(float_model, q)  # the model's own forward runs on the int8 modules
+            if anchor:
+                info["float_parameter_kept"] = {"parameter": anchor, "why": WHY_FLOAT_ANCHOR}
         elif qc.method == "static":
             batches = calibration_batches(calibration_loader, qc.calibration_batches)
             mapping, info["mapping"] = _qconfig_mapping(qc, engine, batches[0], skip)
@@ -372,6 +404,7 @@ def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: I
 
 __all__ = [
     "affine_dequantize", "affine_qparams", "affine_quantize", "ao_warnings_filtered", "API_REASON",
-    "calibration_batches", "check_fx_traceable", "check_supported", "contiguous_embedding_indices", "make_qconfig",
+    "calibration_batches", "check_fx_traceable", "check_supported", "contiguous_embedding_indices", "fx_trace_failure",
+    "make_qconfig",
     "quantize", "quantize_with_report", "resolve_engine", "WHY_CONTIGUOUS",
 ]

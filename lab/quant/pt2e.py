@@ -11,10 +11,10 @@ explicit quantize / dequantize calls: a reference, slower than fp32. So the comp
 
 Why the lab does a few things torchao does not do for it:
 
-* **one source partition per call site** (:func:`export_for_quant`): a module called twice (the ResNet block
-  reuses one ``nn.ReLU``) exports as one partition with two outputs, which the quantizer refuses
-  ("Input partition has more than one output node"); the call index torch.export already records is
-  appended to each node's module path, so each call is matched on its own.
+* **a pasted model exports, and only its float tensors are observed** (:mod:`lab.quant.export`): one source
+  partition per call site of a reused module, a Transformer's data-dependent causal-mask check skipped while
+  exporting, ops on integer tensors never annotated; a model torch.export cannot trace raises
+  :class:`~lab.quant.export.ExportFailed`, and :mod:`lab.quant.int8` falls back to the legacy flow or refuses.
 * **static shapes, one graph per batch size** (:class:`FrozenCompiled`): on torch 2.13 the Inductor int8 conv
   lowering fails with symbolic shapes, so each batch size met compiles its own graph; other batch sizes run
   through the largest compiled one in padded chunks instead of triggering a compile each.
@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
-import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -47,6 +46,7 @@ import torch
 from torch import nn
 
 from lab.config import QuantConfig
+from lab.quant.export import WHY_INTEGER_OPS, export_for_quant, float_only_quantizer, torchao_noise_filtered
 from lab.quant.graph import check_graph_quantized, graph_swap_report
 from lab.quant.numerics import reduce_range_choice
 from lab.quant.storage import compact_int8_graph
@@ -70,31 +70,10 @@ _TORCHAO_MODULES = ("torchao.quantization.pt2e.quantize_pt2e",
                     "torchao.quantization.pt2e.quantizer.x86_inductor_quantizer", "torchao.quantization.pt2e")
 
 
-@contextlib.contextmanager
-def _torchao_noise_filtered() -> Iterator[None]:
-    """torchao logs "Failed to load ..._C_cutlass_90a / _C_mxfp8" at import on a CPU box (its CUDA extensions)
-    and torch warns about an Enum it registers: harmless, silenced here and only here."""
-    logs = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [log.level for log in logs]
-    for log in logs:
-        log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r".*is an Enum subclass.*")
-            warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated",
-                                    category=DeprecationWarning)
-            # torch.export of nn.LSTM: its cached _flat_weights list is reassigned while tracing (harmless)
-            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
-            yield
-    finally:
-        for log, level in zip(logs, levels, strict=True):
-            log.setLevel(level)
-
-
 def torchao_pt2e() -> SimpleNamespace:
     """The torchao PT2E entry points, or ``ValueError(TORCHAO_MISSING)`` when torchao cannot be imported."""
     try:
-        with _torchao_noise_filtered():
+        with torchao_noise_filtered():
             mods = [importlib.import_module(name) for name in _TORCHAO_MODULES]
     except ImportError as exc:
         raise ValueError(TORCHAO_MISSING) from exc
@@ -119,11 +98,11 @@ def make_quantizer(method: str, reduce_range: bool = False) -> Any:
     while the ResNet's convolutions read 0.0065 at 8 bits and 0.013 at 7 (0.0072 with only its head at 7).
     Dynamic int8 is set for ``nn.Linear`` only: the global dynamic config also annotates convolutions, for which
     Inductor has no dynamic int8 kernel (and whose per-batch activation scales were seen to cost 40 % output
-    error here)."""
+    error here). Ops on integer tensors are never annotated (:data:`WHY_INTEGER_OPS`)."""
     ao = torchao_pt2e()
     config = ao.default_config(is_qat=method == "qat", is_dynamic=method == "dynamic")
     narrow = ao.default_config(is_qat=method == "qat", is_dynamic=method == "dynamic", reduce_range=True)
-    quantizer = ao.X86InductorQuantizer()
+    quantizer = float_only_quantizer(ao.X86InductorQuantizer)()
     if method == "dynamic":
         return quantizer.set_module_type_qconfig(nn.Linear, narrow if reduce_range else config)
     quantizer.set_global(config)
@@ -149,31 +128,6 @@ def nudge_zero_bn_scales(model: nn.Module) -> list[str]:
                 m.weight[m.weight == 0] = BN_SCALE_FLOOR
                 names.append(name)
     return names
-
-
-# --------------------------------------------------------------------------------------------- export
-
-
-def _unique_call_sites(gm: torch.fx.GraphModule) -> None:
-    """Give every call of a reused module its own source partition: torch.export keys the second call of
-    ``stages.0.0.relu`` as ``...relu@1`` but keeps the same module path, which merges both calls into one
-    partition with two outputs; the quantizer raises on that. The path gets the ``@k`` suffix of its key."""
-    for node in gm.graph.nodes:
-        stack = node.meta.get("nn_module_stack")
-        if stack:
-            node.meta["nn_module_stack"] = {
-                key: ((path + "@" + key.rpartition("@")[2]) if "@" in key else path, cls)
-                for key, (path, cls) in stack.items()}
-
-
-def export_for_quant(model: nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> torch.fx.GraphModule:
-    """``torch.export`` of ``model`` in its current mode with a dynamic batch dimension (the graph must accept
-    the calibration, training and evaluation batches alike), as the GraphModule PT2E works on."""
-    dims = tuple({0: torch.export.Dim.AUTO} for _ in example_inputs)
-    with _torchao_noise_filtered():
-        gm = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dims).module()
-    _unique_call_sites(gm)
-    return gm
 
 
 # ------------------------------------------------------------------------------------------- compile
@@ -357,19 +311,21 @@ def quantize_pt2e_with_report(model: nn.Module, qc: QuantConfig, batches: Callab
         if nudged:
             info["qat_bn_scales_nudged"] = {"modules": nudged, "to": BN_SCALE_FLOOR,
                                             "why": "torchao's QAT conv-bn fusion divides by the BN scale"}
-        gm = export_for_quant(train_copy, example_inputs)
+        gm = export_for_quant(train_copy, example_inputs, info)
         prepared = ao.prepare_qat_pt2e(gm, quantizer)
         ao.allow_train_eval(prepared)  # the lab's loop calls .train(); torchao swaps BN / dropout to train ops
         finetune(prepared)
         prepared = ao.to_eval(prepared.cpu())
     else:
-        prepared = ao.prepare_pt2e(export_for_quant(float_model, example_inputs), quantizer)
+        prepared = ao.prepare_pt2e(export_for_quant(float_model, example_inputs, info), quantizer)
         with torch.no_grad():
             # dynamic too needs one forward: its weight observers run there (else the scales stay at 1.0)
             for inputs in calib or [example_inputs]:
                 prepared(*inputs)
         info["calibration_batches_used"] = len(calib)
-    with _torchao_noise_filtered(), _fold_only_present_convs(prepared):
+    if getattr(quantizer, "integer_ops", None):
+        info["integer_ops_not_observed"] = {"ops": quantizer.integer_ops, "why": WHY_INTEGER_OPS}
+    with torchao_noise_filtered(), _fold_only_present_convs(prepared):
         converted = ao.convert_pt2e(prepared)
     info["quantize_s"] = time.perf_counter() - t0
     info["swap"] = graph_swap_report(converted, float_model, qc.method)
@@ -385,8 +341,7 @@ def converted_graph(model: nn.Module) -> torch.fx.GraphModule | None:
 
 
 __all__ = [
-    "API_PT2E", "API_REASON_PT2E", "check_available", "check_pt2e_config", "compile_frozen",
-    "converted_graph", "export_for_quant", "FrozenCompiled", "has_rnn", "make_quantizer", "nudge_zero_bn_scales",
-    "quantize_pt2e_with_report",
+    "API_PT2E", "API_REASON_PT2E", "check_available", "check_pt2e_config", "compile_frozen", "converted_graph",
+    "FrozenCompiled", "has_rnn", "make_quantizer", "nudge_zero_bn_scales", "quantize_pt2e_with_report",
     "TORCHAO_MISSING", "torchao_pt2e", "WHY_RNN_FALLBACK",
 ]

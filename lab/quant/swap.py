@@ -1,7 +1,8 @@
 """What int8 really changed: the modules each method is asked to quantize, the swap report (which were
 replaced, which stayed float and why, per layer), the guard that refuses a no-op, the check that refuses
 before training a model in which a method could replace nothing, and the fixes that let int8 modules run
-inside standard blocks (a Transformer encoder layer's fused path; QAT fake-quant that FX could not reach).
+inside standard blocks (a Transformer encoder layer's fused path; QAT fake-quant that FX could not reach; model
+code reading ``next(self.parameters())`` when no float parameter is left).
 
 Why per-layer reasons: torch.ao skips modules silently. FX graph mode (static, QAT) runs every ``torch.nn``
 module except ``Sequential`` as one opaque leaf, so the Linears inside an ``nn.TransformerEncoder`` are never
@@ -210,6 +211,25 @@ def keep_int8_layers_unfused(model: nn.Module) -> list[str]:
     return names
 
 
+#: The empty float parameter :func:`keep_a_float_parameter` registers on an int8 model left without any.
+FLOAT_ANCHOR = "lab_float_parameter"
+WHY_FLOAT_ANCHOR = ("every parameter of the model became int8 (packed weights are not nn.Parameters), and model code "
+                    "reading next(model.parameters()) for a dtype or device (PyTorch's word_language_model "
+                    "init_hidden does, on every call) would raise StopIteration; an empty float parameter, "
+                    f"{FLOAT_ANCHOR!r}, is registered on the int8 model so that such code keeps working")
+
+
+def keep_a_float_parameter(float_model: nn.Module, quantized: nn.Module) -> str | None:
+    """Register :data:`FLOAT_ANCHOR` (an empty, frozen tensor of the float model's first parameter's dtype, on CPU)
+    on ``quantized`` when the float model had parameters and ``quantized`` has none left (see
+    :data:`WHY_FLOAT_ANCHOR`); returns its name, or None when nothing was needed."""
+    first = next(float_model.parameters(), None)
+    if first is None or next(quantized.parameters(), None) is not None:
+        return None
+    quantized.register_parameter(FLOAT_ANCHOR, nn.Parameter(torch.empty(0, dtype=first.dtype), requires_grad=False))
+    return FLOAT_ANCHOR
+
+
 def restore_float_leftovers(model: nn.Module) -> list[str]:
     """QAT modules convert_fx could not reach (inside a module FX did not trace): back to plain float."""
     names = []
@@ -233,8 +253,9 @@ def check_swapped(report: dict[str, Any], method: str) -> None:
 
 
 __all__ = [
-    "API", "check_model", "check_swapped", "conv1d_as_linear", "expected_swaps", "is_conv1d", "linearize_conv1d",
-    "WHY_CONV1D", "keep_int8_layers_unfused", "kept_float_reason",
+    "API", "check_model", "check_swapped", "conv1d_as_linear", "expected_swaps", "FLOAT_ANCHOR", "is_conv1d",
+    "keep_a_float_parameter", "keep_int8_layers_unfused", "kept_float_reason", "linearize_conv1d", "WHY_CONV1D",
+    "WHY_FLOAT_ANCHOR",
     "MIN_EMBEDDING_DIM", "narrow_embeddings", "QuantizationNoOpError", "restore_float_leftovers", "swap_report",
     "TARGETS", "WHY_FASTPATH", "WHY_MHA",
 ]

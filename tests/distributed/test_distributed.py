@@ -1,11 +1,12 @@
 """Distributed lab: DDP equals one big batch, data exactly once, failures end, the alpha-beta model.
 
-Multi-process launches cost seconds each (every rank imports torch): this file launches 3 times.
+Multi-process launches cost seconds each (every rank imports torch): this file launches 4 times.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ from lab.distributed import (
 )
 from lab.distributed import scaling as sm
 from lab.distributed.checks import equivalence_worker, killed_rank_worker
+
+#: The pasted models (tests/pasted_models.py), brought by spec as a user's file is: the ranks load it too.
+PASTED = str(Path(__file__).resolve().parents[1] / "pasted_models.py")
 
 
 def register_toy() -> None:
@@ -152,6 +156,39 @@ def test_run_with_world_size_2_matches_single_process_double_batch(toy_workload)
     assert ddp.steps == single.steps == 6
     assert ddp.metric == pytest.approx(single.metric, abs=1e-6)  # same model after 6 steps
     assert ddp.metric_before == single.metric_before
+
+
+# ------------------------------------------------ a pasted model whose buffer is a view (issue 45, 1 launch)
+
+
+def test_ddp_of_a_model_whose_buffer_is_a_transposed_view_runs_and_says_so():
+    """``pe.unsqueeze(0).transpose(0, 1)`` registered as a buffer: DDP's per-step buffer broadcast wrote into it
+    through a view with other strides ("some elements ... refer to a single memory location"). The wrap replaces
+    it by a contiguous copy (the same values) and names it in ``why``; training is the single process's."""
+    base = dict(workload=f"{PASTED}:TRANSFORMER", size="tiny", threads=1, max_steps=4, warmup_steps=1,
+                latency_repeats=0, optimizer="sgd")
+    single = run(RunConfig(batch_size=16, **base))
+    ddp = run(RunConfig(batch_size=8, ddp=DDPConfig(world_size=2, timeout_s=60), **base))
+    assert ddp.status == "ok", ddp.error
+    assert ddp.details["ddp"]["buffers_made_contiguous"] == ["pos_encoder.pe"]
+    assert any("pos_encoder.pe" in w and "contiguous" in w for w in ddp.why), ddp.why
+    assert ddp.steps == single.steps == 4
+    assert ddp.metric == pytest.approx(single.metric, abs=1e-6)
+    assert ddp.metric_before == single.metric_before
+
+
+def test_contiguous_buffers_replaces_views_whose_strides_a_broadcast_cannot_write_through():
+    from pasted_models import NextTokenTransformer
+
+    from lab.distributed import contiguous_buffers
+
+    model = NextTokenTransformer(12, 16, 2, 32, 1, dropout=0.0)
+    pe = model.pos_encoder.pe
+    assert pe.is_contiguous() and pe.stride() == (16, 1024, 1)  # "contiguous", yet not laid out as its shape
+    assert pe.contiguous() is pe  # why .contiguous() is not the fix
+    assert contiguous_buffers(model) == ["pos_encoder.pe"]
+    assert model.pos_encoder.pe.stride() == (16, 16, 1) and torch.equal(model.pos_encoder.pe, pe)
+    assert contiguous_buffers(model) == []
 
 
 # ------------------------------------------------------------------------------ multi-node, on one machine

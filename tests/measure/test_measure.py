@@ -124,6 +124,19 @@ def test_shared_parameters_counted_once() -> None:
     assert measure.count_params(model) == measure.count_nonzero_params(model) == 20
 
 
+def test_module_device_needs_no_float_parameter() -> None:
+    """The lab's own code asked ``next(module.parameters())`` for a device (the doctor's rates, the precision
+    policy's RNN probe), which raises StopIteration on an int8 model (packed weights), a buffer-only module or an
+    empty one (issue 45)."""
+    from torch.ao.nn.quantized import dynamic as nnqd
+
+    int8_lstm = nnqd.LSTM(4, 4)
+    assert next(int8_lstm.parameters(), None) is None
+    for module in (int8_lstm, nn.BatchNorm1d(4, affine=False), nn.ReLU(), nn.Linear(2, 2)):
+        assert measure.module_device(module) == torch.device("cpu")
+    assert measure.module_device(nn.ReLU(), default="meta") == torch.device("meta")
+
+
 def test_serialized_size_grows_with_params() -> None:
     small = measure.serialized_size_bytes(nn.Linear(10, 10))
     big = measure.serialized_size_bytes(nn.Linear(100, 100))
