@@ -14,6 +14,7 @@ without knowing any family by name. The stages of a run, in order (docs/architec
     after_training(ctx, model)     rank 0: prune + fine-tune, quantize, record (int8 of a pruned model)
     report(result) -> dict         the family's section of ``result.details["techniques"]``
     timed(option, bench, arm)      outside a run: the same change on one arm the crossover map times
+    portable(cfg, run) -> Portable outside a run: the family's part of the plain-PyTorch script (lab.portable)
 
 Why a launcher apart: starting the run's processes, joining and leaving their group and wrapping the model for
 them concern one family (data-parallel), not every family's step, so they are not stages every family carries
@@ -113,6 +114,19 @@ class Technique:
         :class:`lab.timed.NotTimed` with the reason where the option cannot change this arm."""
         raise NotTimed(f"the {self.name} family has no timed arm for {option.name}")
 
+    def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
+        """The family's part of ``cfg`` as plain PyTorch (:class:`Portable`, stitched into one script by
+        :mod:`lab.portable`), ``None`` where the family is off in ``cfg``. ``run`` is a stored run of ``cfg``: where
+        the family decides by measuring (``auto``), the code is of what that run chose. Raise :class:`NotPortable`
+        with the reason where ``cfg`` asks for what the script cannot express. Here (a family that writes no part):
+        refused where ``cfg`` changes a config its options set, so nothing is silently left out of a script
+        (``tests/core/test_families.py`` holds every option to a part or a listed reason)."""
+        keys = {k.split(".")[0] for o in OPTIONS.values() if o.family == self.name for k in o.overrides if "." in k}
+        default = type(cfg)()
+        if any(getattr(cfg, k) != getattr(default, k) for k in keys):
+            raise NotPortable(f"the {self.name} family writes no plain-PyTorch part yet (Technique.portable)")
+        return None
+
     def replaces_model(self, cfg: RunConfig) -> bool:
         """Whether :meth:`after_training` hands on another model than training produced (so the final metric
         is not training's own, and the divergence rules do not judge it)."""
@@ -121,6 +135,48 @@ class Technique:
     def report(self, result: RunResult) -> dict[str, Any] | None:
         """A short summary of what the family did in ``result`` (``None``: nothing to say)."""
         return None
+
+
+class NotPortable(ValueError):
+    """What a config asks for that a plain-PyTorch script cannot express (a workload's own model code, a schedule
+    not written out yet): the message says why, and :mod:`lab.portable` refuses the script with it."""
+
+
+@dataclass(frozen=True)
+class Portable:
+    """One family's part of the plain-PyTorch training script that ``python -m lab recipe`` writes
+    (:mod:`lab.portable`): lines of code that name no ``lab`` module, each put at one fixed place of the script.
+
+    Why fixed places: the script is the user's own loop (``train`` builds the loader and calls ``fit``; ``fit`` is
+    the step), and every family changes it at the same few points a run does (the loader, the optimizer, the step's
+    autocast / backward / optimizer step, after training, for inference), so the families' parts stitch in
+    :data:`lab.registry.FAMILY_ORDER` without knowing each other. A place that takes one expression (``autocast``,
+    ``backward``, ``step``, ``loader_class``, ``inference``) may be filled by one family of a stack only.
+
+    The script's names a part may use: in ``train``: ``model``, ``loss_fn``, ``train_set``, ``epochs``,
+    ``batch_size``, ``lr``, ``seed``, ``shuffle``, ``device``, ``loader``, ``losses``, ``fit``; in ``fit``:
+    ``model``, ``loader``, ``loss_fn``, ``lr``, ``device``, ``phase``, ``optimizer``, ``forward``, ``epoch``,
+    ``loss``; in ``for_inference``: ``model``, ``calibration_set``, ``batch_size``."""
+
+    comment: str  # one line: what this part does (the script's header lists them)
+    imports: tuple[str, ...] = ()  # import lines at the top of the script
+    requires: tuple[str, ...] = ()  # pip packages beyond torch (torch-pruning, torchao)
+    helpers: tuple[str, ...] = ()  # module-level code (a function or class each) the lines below call
+    setup: tuple[str, ...] = ()  # in train(), once the device is known, before the model moves there
+    loader_kwargs: tuple[tuple[str, str], ...] = ()  # (keyword, expression) of the loader; replaces the base's
+    loader_class: str | None = None  # a helper with DataLoader's keywords that replaces DataLoader
+    wrap: tuple[str, ...] = ()  # in train(), after the loader, before the main fit (DDP)
+    optimizer_kwargs: tuple[tuple[str, str], ...] = ()  # (keyword, expression) of the optimizer
+    fit_setup: tuple[str, ...] = ()  # in fit(), after the optimizer and ``forward = model`` (a scaler, a compile)
+    epoch_start: tuple[str, ...] = ()  # in fit(), at the start of every epoch
+    autocast: str | None = None  # the context manager of forward + loss (only those)
+    backward: str | None = None  # replaces ``loss.backward()``
+    step: tuple[str, ...] = ()  # replace ``optimizer.step()``
+    unwrap: tuple[str, ...] = ()  # in train(), right after the main fit (before any family's after_training)
+    after_training: tuple[str, ...] = ()  # in train(), after the main fit: prune + fine-tune, QAT
+    inference: tuple[str, ...] = ()  # the body of for_inference(model, calibration_set, *, batch_size)
+    launch: str | None = None  # how to start the script when it is not ``python FILE`` (``{file}``: its name)
+    notes: tuple[str, ...] = ()  # header lines: what the lab does that this part leaves out, and why
 
 
 class Launcher:
@@ -315,5 +371,6 @@ def default_chain() -> TechniqueChain:
     return TechniqueChain(FAMILIES.get(n) for n in FAMILY_ORDER)
 
 
-__all__ = ["AFTER_TRAINING", "AXES", "PROFILE_PHASE", "SINGLE_PROCESS", "TRAINING", "FitPlan", "Launcher", "Option",
-           "Technique", "TechniqueChain", "default_chain", "register_option", "register_options"]
+__all__ = ["AFTER_TRAINING", "AXES", "PROFILE_PHASE", "SINGLE_PROCESS", "TRAINING", "FitPlan", "Launcher",
+           "NotPortable", "Option", "Portable", "Technique", "TechniqueChain", "default_chain", "register_option",
+           "register_options"]

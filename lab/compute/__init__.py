@@ -37,7 +37,7 @@ from lab.loop import FitStats, StepHook
 from lab.measure.kernel_guards import compile_guard
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import PROFILE_PHASE, FitPlan, Option, Technique
+from lab.technique import PROFILE_PHASE, FitPlan, NotPortable, Option, Portable, Technique
 from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 from lab.workloads import get_workload, list_workloads
 
@@ -113,6 +113,26 @@ class Compute(Technique):
                     ctx.result.why.append(RNG_STREAM_WHY.format(n=dropout))
 
             plan.finished.append(record)
+
+    def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
+        """``fused=True`` on the optimizer and ``torch.compile`` of the main training's forward, written out (the
+        recipe, :mod:`lab.portable`). Fast kernels are refused: a workload's own model code, not a change of the
+        loop."""
+        cc = cfg.compute
+        if cc.fast_kernels:
+            raise NotPortable("compute.fast_kernels is the workload's own faster model code (ctr: index_select "
+                              "lookups, lab/workloads/ctr/model.py), not a change of the training loop: a model of "
+                              "your own brings its own")
+        if not cc.enabled:
+            return None
+        optimizer = "Adam" if cfg.optimizer == "adam" else "SGD"
+        said = [f"fused {optimizer}: one kernel per dtype instead of a loop of small ones"] if cc.fused_optimizer \
+            else []
+        said += ["torch.compile of the main training's forward (compiled in its first step)"] if cc.compile else []
+        return Portable(comment="; ".join(said),
+                        optimizer_kwargs=(("fused", "True"),) if cc.fused_optimizer else (),
+                        fit_setup=("if phase == \"train\":  # fine-tunes after pruning / QAT run eagerly: their layers "
+                                   "changed", "    forward = torch.compile(model)") if cc.compile else ())
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Which compute options ran."""

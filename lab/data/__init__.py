@@ -27,6 +27,7 @@ from torch import nn
 
 from lab.config import DataConfig, RunConfig
 from lab.context import TrainContext
+from lab.data import portable as portable_
 from lab.data.checkpoint import Checkpointer, checkpoints_root, load_checkpoint, resolve_checkpoint
 from lab.data.decode import Augment
 from lab.data.fileloaders import ReadStats, make_file_loader
@@ -40,7 +41,7 @@ from lab.data.studies.threads import recommend
 from lab.loop import Loader
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import FitPlan, Option, Technique
+from lab.technique import FitPlan, Option, Portable, Technique
 from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
 __all__ = ["DATA_BOUND_SHARE", "DevicePrefetcher", "InMemoryLoader", "LoaderSpec", "NaiveLoader",
@@ -197,6 +198,10 @@ class DataLoading(Technique):
 
     def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         return _record_data_path(ctx, model)
+
+    def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
+        """The loader as DataLoader keywords or a thread prefetcher, written out (:mod:`lab.data.portable`)."""
+        return portable_.portable(cfg, run)
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Loader, storage, workers, source, and the share of the step spent waiting for data."""

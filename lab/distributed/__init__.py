@@ -26,6 +26,7 @@ from torch import nn
 from lab.config import RunConfig
 from lab.context import TrainContext, resolve_device
 from lab.distributed import ddp, launch
+from lab.distributed import portable as portable_
 from lab.distributed.ddp import *  # noqa: F403 - the names in its __all__
 from lab.distributed.ddp import WHY_CONTIGUOUS_BUFFERS, RankSlicedLoader, describe, setup_for_run, unwrap, wrap
 from lab.distributed.launch import *  # noqa: F403 - the names in its __all__
@@ -33,7 +34,7 @@ from lab.distributed.launch import check_spawn_world_size, detect_launch, finish
 from lab.loop import Loader
 from lab.registry import FAMILIES, LAUNCHERS
 from lab.result import RunResult
-from lab.technique import PROFILE_PHASE, FitPlan, Launcher, Technique
+from lab.technique import PROFILE_PHASE, FitPlan, Launcher, Portable, Technique
 
 __all__ = [*ddp.__all__, *launch.__all__, "DataParallel", "DataParallelLauncher", "LAUNCHER", "PROFILE_PHASE",
            "TECHNIQUE", "profiled"]
@@ -137,6 +138,11 @@ class DataParallel(Technique):
         profiled steps, which must be the run's step)."""
         if not plan.probe or plan.phase == PROFILE_PHASE:
             plan.ddp = ctx.ddp
+
+    def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
+        """torchrun + ``init_process_group`` + ``DistributedSampler`` + DDP, written out
+        (:mod:`lab.distributed.portable`)."""
+        return portable_.portable(cfg, run)
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Ranks, effective batch and the share of the step in communication."""

@@ -13,8 +13,10 @@ from typing import Any
 
 from torch import nn
 
+from lab.config import RunConfig
 from lab.context import TrainContext
 from lab.precision import auto, gate, policy, resolve
+from lab.precision import portable as portable_
 from lab.precision.auto import *  # noqa: F403 - the names in its __all__
 from lab.precision.gate import *  # noqa: F403 - the names in its __all__
 from lab.precision.gate import NotApplicable, capability, model_gate
@@ -23,7 +25,7 @@ from lab.precision.policy import PrecisionPolicy, match_fp32_modules
 from lab.precision.resolve import policy_for
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import FitPlan, Option, Technique
+from lab.technique import FitPlan, Option, Portable, Technique
 from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
 __all__ = [*auto.__all__, *gate.__all__, *policy.__all__, *resolve.__all__, "Precision", "TECHNIQUE"]
@@ -63,6 +65,11 @@ class Precision(Technique):
                                       f"{policy.device_type} has no {policy.dtype} rule for them")
 
         plan.finished.append(record)
+
+    def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
+        """Autocast (+ GradScaler for fp16) written out; ``auto`` as the dtype a stored run chose
+        (:mod:`lab.precision.portable`)."""
+        return portable_.portable(cfg, run)
 
     def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
         """Training: the run's policy for the dtype (autocast around forward + loss, GradScaler for fp16), refused

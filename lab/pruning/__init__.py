@@ -26,6 +26,7 @@ from lab.config import PruneConfig, RunConfig
 from lab.context import TrainContext
 from lab.loop import StepHook
 from lab.pruning import channels, masks, schedule
+from lab.pruning import portable as portable_
 from lab.pruning import report as report_
 from lab.pruning.channels import *  # noqa: F403 - the names in its __all__
 from lab.pruning.channels import ScopesFn, channel_exclusions, channel_prunable_layers
@@ -46,7 +47,7 @@ from lab.pruning.schedule import GradualPruner
 from lab.pruning.timed import channels_removed
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import Option, Technique
+from lab.technique import Option, Portable, Technique
 from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
 __all__ = [*channels.__all__, *masks.__all__, *report_.__all__, *schedule.__all__, "Pruning", "TECHNIQUE"]
@@ -162,6 +163,10 @@ class Pruning(Technique):
 
     def replaces_model(self, cfg: RunConfig) -> bool:
         return cfg.prune.enabled
+
+    def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
+        """Masks or Torch-Pruning channel removal, then the fine-tune, written out (:mod:`lab.pruning.portable`)."""
+        return portable_.portable(cfg, run)
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Sparsity, the MACs ratio theory promises and the inference speedup measured."""

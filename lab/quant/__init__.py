@@ -21,6 +21,7 @@ from torch import nn
 from lab.config import QuantConfig, RunConfig
 from lab.context import TrainContext
 from lab.quant import export, fair, flow_auto, graph, int8, numerics, pt2e, storage, swap
+from lab.quant import portable as portable_
 from lab.quant import report as report_
 from lab.quant.export import *  # noqa: F403 - the names in its __all__
 from lab.quant.fair import *  # noqa: F403 - the names in its __all__
@@ -38,7 +39,7 @@ from lab.quant.swap import check_model
 from lab.quant.timed import int8_built, int8_share_note
 from lab.registry import FAMILIES
 from lab.result import RunResult
-from lab.technique import Option, Technique
+from lab.technique import Option, Portable, Technique
 from lab.timed import INFER, Bench, NotTimed, TimedArm
 
 __all__ = [*export.__all__, *fair.__all__, *flow_auto.__all__, *graph.__all__, *int8.__all__, *numerics.__all__,
@@ -133,6 +134,11 @@ class Quantization(Technique):
 
     def replaces_model(self, cfg: RunConfig) -> bool:
         return cfg.quant.enabled
+
+    def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
+        """``for_inference`` through the config's flow (QAT's fake-quant fine-tune too), written out; ``auto`` as
+        the flow a stored run took (:mod:`lab.quant.portable`)."""
+        return portable_.portable(cfg, run)
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Method, size ratio and the batch-N inference speedup against the float model: for a compiled int8

@@ -1,9 +1,10 @@
 """One name per technique: the family registry walked against every place that names a technique.
 
 Each family registers its option strings next to its code (``lab/<family>/options.py``); the CLI, the recipes,
-the crossover map and the doctor read that one table (:data:`lab.registry.OPTIONS`). These tests fail when a
-place keeps a vocabulary of its own again: a map row that is no option, an option defined twice or outside its
-family, a stored map whose old names no longer read, a CLI that does not list an option.
+the crossover map, the doctor and the recipe read that one table (:data:`lab.registry.OPTIONS`). These tests fail
+when a place keeps a vocabulary of its own again: a map row that is no option, an option defined twice or outside
+its family, a stored map whose old names no longer read, a CLI that does not list an option, an option its family
+cannot write as plain PyTorch without saying why.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from lab.crossover import current_name, in_current_names
 from lab.doctor.rates import map_names
 from lab.recipes import from_techniques
 from lab.registry import FAMILIES, FAMILY_ORDER, OLD_MAP_NAMES, OPTIONS, PREDICTORS
-from lab.technique import AXES, Option, register_option
+from lab.technique import AXES, NotPortable, Option, Portable, Technique, register_option
 
 LAB = Path(lab.__file__).parent
 #: Options built by a helper in their family's module (``masks(0.5)``), not written out as ``Option("name"``.
@@ -30,6 +31,13 @@ GENERATED = {"prune30", "prune50", "prune70"}
 NOT_PREDICTED: dict[str, str] = {
     **dict.fromkeys(("adam8bit", "adam4bit"), "a memory lever whose step time is torchao's compiled low-bit update, "
                     "for which nothing measures a rate yet (benchmarks/memory.py measures its bytes and step time)"),
+}
+#: Options the recipe (``python -m lab recipe``) cannot write as plain PyTorch, with the reason (a new option must
+#: say why); every other option's family writes its part (:meth:`lab.technique.Technique.portable`).
+NOT_PORTABLE: dict[str, str] = {
+    "fast_kernels": "the workload's own faster model code (ctr: index_select lookups), not a change of the loop",
+    **dict.fromkeys(("checkpoint_blocks", "adam8bit", "adam4bit"), "the memory family writes no recipe part yet "
+                    "(it landed beside the recipe): lab refuses them in `python -m lab recipe` with that reason"),
 }
 
 
@@ -66,7 +74,7 @@ def test_every_option_is_defined_once_in_its_familys_options_module(name):
 
 def test_the_cli_lists_every_option_where_it_takes_techniques():
     sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
-    for command in ("ablate", "project", "doctor"):
+    for command in ("ablate", "project", "doctor", "recipe"):
         action = next(a for a in sub.choices[command]._actions if "--techniques" in a.option_strings)
         assert all(name in action.help for name in OPTIONS), command
 
@@ -121,3 +129,29 @@ def test_a_users_option_is_validated_and_a_bad_family_or_field_refused():
     with pytest.raises(ValueError, match="without '\\+'"):
         Option("a+b", {"precision.dtype": "bf16"}, "precision")
     assert "x_test" not in OPTIONS
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_every_option_has_a_portable_part_written_by_its_family_or_a_reason_listed(name):
+    option = OPTIONS[name]
+    family = FAMILIES.get(option.family)
+    cfg = RunConfig(workload="ctr", size="tiny").with_overrides(**option.overrides)  # ctr: has fast kernels
+    assert type(family).portable is not Technique.portable, f"the {option.family} family writes no portable part"
+    if name in NOT_PORTABLE:
+        with pytest.raises(NotPortable):
+            family.portable(cfg)
+        return
+    part = family.portable(cfg)
+    assert isinstance(part, Portable) and part.comment, name
+    code = [line for field in ("imports", "helpers", "setup", "wrap", "fit_setup", "step", "unwrap", "after_training",
+                               "inference") for line in getattr(part, field)]
+    assert not any(re.search(r"\b(import|from) lab\b", line) for line in code), name
+
+
+def test_a_family_that_writes_no_portable_part_refuses_its_options_instead_of_dropping_them():
+    class Silent(Technique):
+        name = "precision"  # owns bf16, fp16, amp_auto, but writes no part
+
+    assert Silent().portable(RunConfig()) is None  # off: nothing to write
+    with pytest.raises(NotPortable, match="precision family writes no plain-PyTorch part"):
+        Silent().portable(RunConfig().with_overrides(**OPTIONS["bf16"].overrides))
