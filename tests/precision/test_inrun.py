@@ -16,6 +16,22 @@ from lab.precision.inrun import InRunPlan, InRunProbe, inrun_plan, schedule
 NATIVE = {"bf16": Capability("bf16", "cpu", True, "planted")}
 
 
+class _QuietMeter:
+    """A machine nobody else uses: these tests plant the step times, so the real machine's load must not decide
+    (a busy machine keeps fp32: its own test below plants that)."""
+
+    def start(self):
+        return self
+
+    def stop(self):
+        return None
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    monkeypatch.setattr(inrun, "ContentionMeter", _QuietMeter)
+
+
 def test_the_plan_fits_a_short_run_and_takes_at_most_half_of_it():
     plan, why = inrun_plan(292, 2)  # ctr small: the copy probe needed >= 467 steps
     assert plan == InRunPlan(rounds=8, steps=2, run_steps=292) and "each one trains" in why
