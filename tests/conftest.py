@@ -82,3 +82,22 @@ def _restore_main_module():
         sys.modules["__main__"] = main
         for k, v in attrs.items():
             setattr(main, k, v)
+
+
+@pytest.fixture(autouse=True)
+def _machine_identity_unpoisoned():
+    """A test that patches ``/proc/cpuinfo`` or the ISA cap while a cached stamp fills keeps the fake machine in
+    ``lab.measure.env``'s caches for every later test: one did (a CPU called "Some ARM"), and two tests far
+    away failed in CI, an AVX2-capped child compared with the fake id and a dashboard card saved under it. The
+    identity is read (so cached, from the real machine) before each test, and a test that still leaves it
+    changed fails here, by name, with the caches cleared for the next."""
+    from lab.measure import env
+
+    before = env._device_stamp("cpu")["hardware_id"]
+    yield
+    after = env._device_stamp("cpu")["hardware_id"]
+    if after != before:
+        for cache in (env._cpu_info, env.cpu_signature, env._static_stamp, env._device_stamp):
+            cache.cache_clear()
+        pytest.fail(f"this test left the machine's cached identity changed ({before} -> {after}): clear "
+                    "lab.measure.env's caches after patching what they read")

@@ -220,17 +220,22 @@ def test_the_stamp_names_the_silicon_beside_the_isa_class(tmp_path, monkeypatch)
     cpuinfo = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
                "stepping\t: 1\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
     real_read = Path.read_text
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: cpuinfo if str(self) == "/proc/cpuinfo"
-                        else real_read(self, *a, **k))
-    env.cpu_signature.cache_clear()
+    caches = (env._cpu_info, env.cpu_signature, env._static_stamp, env._device_stamp)
+    for cache in caches:  # every cache the patched /proc/cpuinfo can reach, so none keeps "Some ARM" for later tests
+        cache.cache_clear()
     try:
-        assert env.cpu_signature() == "AuthenticAMD family 26 model 2 stepping 1"  # the first CPU's, not a mix
-        cpuinfo = "processor\t: 0\nmodel name\t: Some ARM\n"
-        env.cpu_signature.cache_clear()
-        assert env.cpu_signature() is None
+        with monkeypatch.context() as mp:
+            mp.setattr(Path, "read_text", lambda self, *a, **k: cpuinfo if str(self) == "/proc/cpuinfo"
+                       else real_read(self, *a, **k))
+            assert env.cpu_signature() == "AuthenticAMD family 26 model 2 stepping 1"  # the first CPU's, not a mix
+            cpuinfo = "processor\t: 0\nmodel name\t: Some ARM\n"
+            env.cpu_signature.cache_clear()
+            assert env.cpu_signature() is None
+            assert "cpu_signature" in measure.environment_stamp("cpu")
     finally:
-        env.cpu_signature.cache_clear()
-    assert "cpu_signature" in measure.environment_stamp("cpu")
+        for cache in caches:
+            cache.cache_clear()
+    assert "some-arm" not in measure.environment_stamp("cpu")["hardware_id"]  # the real machine again
 
 
 def test_environment_stamp_reads_threads_fresh() -> None:
