@@ -17,29 +17,38 @@ class MemoryConfig(_Family):
     """``checkpoint="blocks"`` recomputes each of the model's blocks (``Workload.model_blocks``) in backward instead
     of keeping its activations (``torch.utils.checkpoint``, non-reentrant); ``optimizer_state`` keeps Adam's two
     moments in 8 or 4 bits (torchao's ``AdamW8bit`` / ``AdamW4bit`` at weight decay 0: Adam's update) instead of
-    fp32. Neither changes the model: checkpointing gives the plain run's losses and gradients up to float rounding,
-    low-bit state an Adam whose moments are rounded."""
+    fp32; ``shard="fsdp2"`` shards the parameters, gradients and optimizer state across the data-parallel ranks
+    (``torch.distributed.fsdp.fully_shard`` per block, then the root) where DDP replicates them (needs
+    ``ddp.world_size`` >= 2). None changes the model: checkpointing and sharding give the plain run's losses and
+    gradients up to float rounding, low-bit state an Adam whose moments are rounded."""
 
     family: ClassVar[str] = "memory"
-    SWITCH: ClassVar[str] = "memory.checkpoint other than 'none' or memory.optimizer_state other than 'fp32'"
+    SWITCH: ClassVar[str] = ("memory.checkpoint other than 'none', memory.optimizer_state other than 'fp32' or "
+                             "memory.shard other than 'none'")
     CHECKPOINTS: ClassVar[tuple[str, ...]] = ("none", "blocks")
     OPTIMIZER_STATES: ClassVar[tuple[str, ...]] = ("fp32", "int8", "int4")
+    SHARDS: ClassVar[tuple[str, ...]] = ("none", "fsdp2")
     HELP: ClassVar[dict[str, str]] = {
         "checkpoint": "activation checkpointing: blocks recomputes each of the model's blocks in backward instead "
                       "of keeping its activations (fewer saved bytes, one more forward of the blocks); none: off",
         "optimizer_state": "Adam's moments in fp32, or block-quantized in int8 / int4 (torchao AdamW8bit / "
                            "AdamW4bit: about 4x / 8x fewer bytes; needs --optimizer adam)",
+        "shard": "fsdp2: shard parameters, gradients and optimizer state across the data-parallel ranks (FSDP2 "
+                 "fully_shard per block, then the root; each rank keeps about 1/N) instead of DDP's full copy per "
+                 "rank; needs --ddp-world-size 2 or more; none: off",
     }
 
     checkpoint: str = "none"
     optimizer_state: str = "fp32"
+    shard: str = "none"
 
     def __post_init__(self) -> None:
         check_choice(self._name("checkpoint"), self.checkpoint, self.CHECKPOINTS)
         check_choice(self._name("optimizer_state"), self.optimizer_state, self.OPTIMIZER_STATES)
+        check_choice(self._name("shard"), self.shard, self.SHARDS)
         self._refuse_when_off()
 
     @property
     def enabled(self) -> bool:
-        return self.checkpoint != "none" or self.optimizer_state != "fp32"
+        return self.checkpoint != "none" or self.optimizer_state != "fp32" or self.shard != "none"
 

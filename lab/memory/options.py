@@ -14,4 +14,8 @@ register_options(
     Option("adam4bit", {"memory.optimizer_state": "int4"}, "memory",
            "Adam's moments in 4 bits (torchao AdamW4bit): ~8x fewer optimizer-state bytes; compiles on its first "
            "step", axes=TRAINING),
+    Option("fsdp2", {"memory.shard": "fsdp2"}, "memory",
+           "FSDP2 sharding (fully_shard per block, then the root): each of N data-parallel ranks keeps ~1/N of the "
+           "parameters, gradients and optimizer state instead of DDP's full copy; needs --ddp-world-size 2 or more",
+           axes=TRAINING),
 )
