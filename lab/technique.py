@@ -17,7 +17,8 @@ without knowing any family by name. The stages of a run, in order (docs/architec
     portable(cfg, run) -> Portable outside a run: the family's part of the plain-PyTorch script (lab.portable)
 
 Why a launcher apart: starting the run's processes, joining and leaving their group and wrapping the model for
-them concern one family (data-parallel), not every family's step, so they are not stages every family carries
+them concern the families that run on several processes (data-parallel; memory's FSDP2, which reuses the
+data-parallel launcher and replaces its wrap), not every family's step, so they are not stages every family carries
 (torchtitan keeps parallelism apart from its narrow ``ModelConverter`` protocol). A :class:`Launcher` is the
 strategy the run uses for them; the run takes the one :meth:`TechniqueChain.launcher` picks::
 

@@ -114,8 +114,9 @@ class Memory(Technique):
             if sharded is not None:  # the bytes above are this rank's shards (rank 0's: the record's)
                 rec.update(world_size=sharded.world_size, sharded_blocks=sharded.blocks,
                            shard_note="params, grads and optimizer state: rank 0's local shards (dim 0 split "
-                                      "across ranks, padded to equal shards); a block's full parameters exist "
-                                      "only while it runs (all-gathered), not counted here")
+                                      "across ranks, padded to equal shards); a block's full parameters and "
+                                      "gradients exist only while it runs (all-gather / reduce-scatter buffers, "
+                                      "a transient in the process RSS peak), not counted here")
             if state != "fp32":
                 rec["optimizer_compile_s"] = first_step_excess_s(stats.step_times_ms.get("optimizer", []))
             ctx.result.details["memory"] = rec

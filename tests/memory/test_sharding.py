@@ -131,7 +131,8 @@ def test_the_recipe_file_shards_with_fsdp2_and_trains_what_its_ddp_file_trains(r
       "prune.schedule": "gradual"}, "prune once after"),
     ({"ddp.world_size": 2, "profile": True}, "profile the DDP run"),
 ], ids=["world-size-1", "adam8bit", "gradual-pruning", "profile"])
-def test_what_cannot_run_sharded_is_refused_before_any_work(overrides, said):
+def test_what_cannot_run_sharded_is_refused_before_any_work(overrides, said, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # not a rank torchrun started
     cfg = RunConfig(workload="mlp", size="tiny").with_overrides(**{"memory.shard": "fsdp2", **overrides})
     with pytest.raises(ValueError, match="memory.shard='fsdp2' is invalid") as err:
         check(cfg)
@@ -155,3 +156,14 @@ def test_the_skeleton_keeps_the_structure_and_ties_without_bytes():
     assert all(t.device.type == "meta" for t in (*skeleton.parameters(), *skeleton.buffers()))
     assert skeleton[0].weight is skeleton[2].weight and skeleton[0].weight is not model[0].weight
     assert model[0].weight.device.type == "cpu" and torch.isfinite(model[0].weight).all()
+
+
+def test_the_crossover_map_does_not_time_sharding_in_one_process():
+    from lab.crossover.arms import apply_options
+    from lab.crossover.measure import make_bench
+    from lab.timed import TRAIN, NotTimed, base_arm
+    from lab.workloads import get_workload
+
+    bench = make_bench(get_workload("mlp"), "xs", batch_size=8)
+    with pytest.raises(NotTimed, match="shards a model across ranks"):
+        apply_options(bench, base_arm(bench, TRAIN), "fsdp2")
