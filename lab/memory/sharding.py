@@ -56,11 +56,16 @@ def shard_model(model: nn.Module, blocks: list[nn.Module], world_size: int) -> S
     from torch.distributed.fsdp import fully_shard
 
     names = {id(m): n for n, m in model.named_modules()}
+    missing = [type(b).__name__ for b in blocks if id(b) not in names]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} is not a module of the model: a workload's blocks must be modules of "
+                         "the model it is given")
     skeleton = meta_skeleton(model)
-    for block in blocks:
+    inner_first = sorted(blocks, key=lambda b: -names[id(b)].count("."))  # bottom-up, if a workload nests blocks
+    for block in inner_first:
         fully_shard(block)
     fully_shard(model)
-    return Sharded(skeleton, [names[id(b)] for b in blocks if id(b) in names], world_size)
+    return Sharded(skeleton, [names[id(b)] for b in blocks], world_size)
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
