@@ -180,10 +180,6 @@ def check_shard(cfg: RunConfig) -> None:
     if _ranks_asked(cfg) < 2:
         raise ValueError(f"{what} with ddp.world_size={cfg.ddp.world_size}: FSDP2 shards across data-parallel "
                          "ranks and one rank has nobody to shard with; add --ddp-world-size 2")
-    if cfg.memory.optimizer_state != "fp32":
-        raise ValueError(f"{what} with memory.optimizer_state={cfg.memory.optimizer_state!r}: torchao's "
-                         f"{LOW_BIT[cfg.memory.optimizer_state]} fails on FSDP2's uneven DTensor shards here (its "
-                         "compiled update asserts one shard size for every rank); choose one")
     if cfg.prune.enabled and cfg.prune.schedule == "gradual":
         raise ValueError(f"{what} with prune.schedule='gradual': its masks are recomputed during training from "
                          "whole weights, which a rank holds only a shard of; prune once after training instead")

@@ -13,6 +13,7 @@ empty and ``details["ddp"]`` says so).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from torch import nn
@@ -34,6 +35,20 @@ def _ranks() -> Launcher:
     return LAUNCHERS.get(RANKS)
 
 
+def own_compile_cache(rank: int) -> str:
+    """Point this rank's Inductor cache (``TORCHINDUCTOR_CACHE_DIR``, read at each compile) at a folder of its own,
+    ``rank<r>`` under the shared one. Why: ranks hold shards of different sizes (rank 0 has the padded row), and
+    a graph compiled on one rank for a DTensor (torchao's low-bit Adam update) was read back from the shared on-disk
+    cache by the other, which then failed its size check ("expected size 17==16"); with a cache per rank (or none)
+    each compiles its own and both train. Returns the folder."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    base = os.environ.get("LAB_SHARED_INDUCTOR_CACHE") or cache_dir()
+    os.environ["LAB_SHARED_INDUCTOR_CACHE"] = base  # a second run in this process nests no deeper
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = path = os.path.join(base, f"rank{rank}")
+    return path
+
+
 class ShardedLauncher(Launcher):
     """Data-parallel ranks whose model is sharded with FSDP2 (``fully_shard`` per block, then the root) instead of
     wrapped in DDP, and gathered back into a plain model after training."""
@@ -45,7 +60,10 @@ class ShardedLauncher(Launcher):
         return _ranks().launch(cfg, run)
 
     def join(self, ctx: TrainContext) -> None:
+        """Join the ranks' group; each rank then compiles into its own Inductor cache (:func:`own_compile_cache`)."""
         _ranks().join(ctx)
+        if ctx.ddp is not None and ctx.ddp.info.distributed:
+            own_compile_cache(ctx.ddp.info.rank)
 
     def wrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         """Shard ``model`` in place (each rank: its 1/N of every parameter), per block then the root."""
@@ -76,4 +94,4 @@ class ShardedLauncher(Launcher):
 
 LAUNCHER = ShardedLauncher()
 
-__all__ = ["LAUNCHER", "RANKS", "ShardedLauncher"]
+__all__ = ["LAUNCHER", "RANKS", "ShardedLauncher", "own_compile_cache"]

@@ -129,9 +129,11 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     mc = cfg.memory
     if not mc.enabled:
         return None
-    if mc.shard != "none" and mc.optimizer_state != "fp32":  # check() refuses it first; a direct call says why too
-        raise NotPortable(f"memory.shard={mc.shard!r} with memory.optimizer_state={mc.optimizer_state!r}: refused "
-                          "by the lab (torchao's low-bit update fails on FSDP2's uneven shards here)")
+    if mc.shard != "none" and mc.optimizer_state != "fp32":
+        raise NotPortable(f"memory.shard={mc.shard!r} with memory.optimizer_state={mc.optimizer_state!r}: torchrun's "
+                          "ranks would share one on-disk Inductor cache, from which a rank read a graph compiled "
+                          "for another rank's shard size and failed here (a lab run gives each rank its own cache); "
+                          "not written out by the recipe yet")
     comments, imports, helpers, wrap, unwrap, notes = [], [], [], [], [], []
     requires: tuple[str, ...] = ()
     optimizer = placeholder = None

@@ -483,7 +483,8 @@ def test_a_decision_is_the_code_of_what_a_stored_run_chose_else_of_what_the_lab_
     ({"ddp.grad_accum_steps": 2}, "gradient accumulation"),
     ({"data.loader": "device_prefetch"}, "device_prefetch loader"),
     ({"quant.method": "qat", "quant.flow": "legacy", "device": "cpu"}, "FX quantization-aware"),
-], ids=["gradual", "fp32-islands", "accumulation", "device-prefetch", "legacy-qat"])
+    ({"ddp.world_size": 2, "memory.shard": "fsdp2", "memory.optimizer_state": "int8"}, "Inductor cache"),
+], ids=["gradual", "fp32-islands", "accumulation", "device-prefetch", "legacy-qat", "fsdp2-adam8bit"])
 def test_what_the_script_cannot_express_is_refused_with_the_reason(overrides, why):
     with pytest.raises(NotPortable, match=why):
         build(BASE.with_overrides(**overrides))
