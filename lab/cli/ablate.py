@@ -16,7 +16,8 @@ from typing import Any
 from lab.cli.options import UsageError, config_from_args, store_flags, writable_file
 from lab.config import RunConfig
 from lab.config.flags import add_config_fields
-from lab.registry import OPTIONS, RECIPES
+from lab.recipes import RECIPES  # the module that fills the registry: its names in --help
+from lab.registry import OPTIONS
 
 NAME, HELP = "ablate", "run an ablation recipe or technique stack and print its table"
 #: The base an ablation starts from unless a flag says otherwise: small enough to answer in minutes, one
