@@ -8,6 +8,7 @@ of the page (any widget change) shows it again without profiling again.
 
 from __future__ import annotations
 
+import _card
 import _lifecycle
 import _shared
 import pandas as pd
@@ -49,6 +50,7 @@ def render() -> None:
             with st.spinner("profiling a baseline and calibrating this machine's rates ..."):
                 st.session_state["doctor_diagnosis"] = diagnose(cfg, techniques=techs)
             st.session_state.pop("doctor_rows", None)
+            st.rerun()  # the card above the tabs reads the new diagnosis: draw it again
         except ValueError as exc:
             st.error(str(exc))
     d = st.session_state.get("doctor_diagnosis")
@@ -56,6 +58,12 @@ def render() -> None:
         st.info("Press **Profile and predict**: a short profiled run of the baseline, then one prediction per "
                 "technique.")
         return
+    card = _card.current()
+    if card is not None and (card.workload, card.size) == (d.cfg.workload, d.cfg.size):
+        st.info(f"The card above reads this diagnosis with the stored ablation: {card.headline()}")
+    else:
+        st.caption(f"The card above reads this diagnosis when the sidebar shows {d.cfg.workload} at size "
+                   f"{d.cfg.size}.")
     bars = {"training step": d.train.to_dict()} | ({"inference": d.infer.to_dict()} if d.infer else {})
     st.plotly_chart(op_class_bars(bars), key="doctor_breakdown")
     st.caption(f"rates: {d.rate_source}; " + "; ".join(d.advice))
@@ -69,8 +77,8 @@ def render() -> None:
     if st.button("Verify", key="doctor_verify"):
         # runs here, not in the worker: lab.doctor sits above lab.ablation (the worker) in the layers, so the
         # worker cannot call verify(); its ablation's job row in the store still says where it stands
-        show = _lifecycle.inline_progress(_shared.store(), "doctor@", "interleaved ablation of the baseline and "
-                                          "the top predictions")
+        show = _lifecycle.inline_progress(_shared.store(), _lifecycle.VERIFY_PREFIX, "interleaved ablation of the "
+                                          "baseline and the top predictions")
         st.session_state["doctor_rows"] = verify(d, int(k), repeats=int(repeats), store=_shared.store(),
                                                  progress=show)
     rows = st.session_state.get("doctor_rows")

@@ -114,6 +114,11 @@ def latest_job(store: ResultStore, kind: str | None = None) -> dict[str, Any] | 
     return rows[0] if rows else None
 
 
+def recent_jobs(store: ResultStore, kind: str | None = None) -> list[dict[str, Any]]:
+    """Every job (of ``kind``, unless None), the most recently started first, whatever its status."""
+    return [j for j in _select(store, "ORDER BY started DESC", ()) if kind in (None, j["kind"])]
+
+
 def latest_done(store: ResultStore, workload: str, size: str, kind: str = ABLATION) -> dict[str, Any] | None:
     """The most recently started job of ``kind`` that ended ``done`` with a baseline of ``workload`` at ``size``
     (what the recommendation card measures from), or None."""
@@ -243,4 +248,5 @@ def holding(store: ResultStore, key: str, token: str | None = None,
 
 
 __all__ = ["ABLATION", "AlreadyRunning", "Cancelled", "Heartbeat", "LIVE", "STALE_S", "adopt", "beat", "claim",
-           "finish", "holding", "is_live", "job", "latest_done", "latest_job", "live_jobs", "request_cancel"]
+           "finish", "holding", "is_live", "job", "latest_done", "latest_job", "live_jobs", "recent_jobs",
+           "request_cancel"]

@@ -295,7 +295,7 @@ def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | None = N
             elif p.hi < 1.0:
                 not_here.append(_predicted(p, speed))
         to_try.sort(key=lambda e: e.lo, reverse=True)
-    if said.get("reason") == "busy":
+    if said.get("reason") == "busy" and diagnosis is not None:
         notes.insert(0, "the ablation's figures were taken on a busy machine: the card shows predictions only")
     elif said and not trusted:
         notes.insert(0, f"the ablation names no winner: {said['text']}")

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from planted import planted_ablation
 
 from lab.ablation.summary import COLUMNS
 from lab.ablation.verdicts import verdict
@@ -175,32 +176,6 @@ def test_the_card_never_crowns_what_the_verdict_does_not(aa, arms, busy, budget)
 # ------------------------------------------------------------------------------ from the store, and the CLI
 
 
-def _planted_ablation(store, toy_workload, monkeypatch):
-    """A real ablation of the toy workload (baseline, A/A, fused_optim; 3 repeats) whose timings are planted after
-    each real run: fused_optim's step at half the baseline's, every run on a quiet machine, so the card's pick is
-    known whatever load this suite's machine carries."""
-    from lab import RunConfig
-    from lab.ablation import run_ablation
-    from lab.recipes import from_techniques
-    from lab.train import run
-
-    counter = iter(range(1000))
-
-    def planted(cfg, **kw):
-        res = run(cfg, **kw)
-        k = 0.5 if cfg.compute.fused_optimizer else 1.0
-        jitter = 1.0 + 0.01 * (next(counter) % 3)
-        res.train_time_s = 2.0 * k * jitter
-        res.step_times_ms = {"total": [10.0 * k * jitter] * len(res.step_times_ms.get("total", [0] * 8))}
-        res.details["contention"] = {"busy": False, "others_cores": 0.0}
-        return res
-
-    ab = from_techniques("card", RunConfig(workload=toy_workload.name, size="tiny", threads=1, max_steps=4),
-                         [["fused_optim"]])
-    run_ablation(ab, repeats=3, store=store, run_fn=planted)
-    return ab
-
-
 def test_the_card_reads_the_last_finished_ablation_in_the_store_and_the_cli_prints_it_with_its_code(
         toy_workload, private_store, tmp_path, monkeypatch, capsys):
     from lab.cli import main
@@ -208,7 +183,7 @@ def test_the_card_reads_the_last_finished_ablation_in_the_store_and_the_cli_prin
     from lab.store import ResultStore
 
     with ResultStore(private_store) as store:
-        ab = _planted_ablation(store, toy_workload, monkeypatch)
+        ab = planted_ablation(store, toy_workload.name)
         card = card_from_store(store, toy_workload.name, "tiny")
         assert card.pick is not None and card.pick.name == "fused_optim" and card.pick.source == "measured"
         assert card.pick.lo > 1.5 and ab.key in card.lines()[-1]
@@ -232,7 +207,7 @@ def test_an_ablation_from_another_machine_is_not_this_machines_evidence(toy_work
     from lab.store import ResultStore
 
     with ResultStore(private_store) as store:
-        _planted_ablation(store, toy_workload, monkeypatch)
+        planted_ablation(store, toy_workload.name)
         card = card_from_store(store, toy_workload.name, "tiny", here="other-cpu-avx2-8c")
     assert card.pick is None and card.hardware_id == "other-cpu-avx2-8c"
     assert "not on this machine (other-cpu-avx2-8c): left out" in card.notes[0]

@@ -205,3 +205,22 @@ def test_every_family_has_its_own_details_figures_and_sentences():
     assert "asked auto, trained in fp32" in notes and "auto chose fp32" in notes
     assert "280 kB -> 143 kB (2x smaller)" in notes and "1.7x fewer MACs" in notes
     assert "effective batch 256 = 64 per rank x 2 ranks x 2 accumulation step(s)" in notes
+
+
+def test_the_tables_accuracy_column_names_the_metric_its_direction_and_reads_as_a_change():
+    """ctr's metric is AUC and a negative loss is a gain: the column says "AUC change ... higher is better" and
+    a loss of 4.1 pt reads -4.1, a gain +0.66 (issue 44: the page said "accuracy loss" and "-4.1 pt" for a gain)."""
+    from lab.plots import ablation_table
+
+    df = _ablation_table()
+    df["metric_name"], df["loss_unit"] = "auc", "pt"
+    df.loc[1, ["acc_loss_pt", "acc_loss_lo", "acc_loss_hi"]] = [4.1, 3.0, 5.0]
+    t = ablation_table(df).set_index("Arm")
+    col = "AUC change (pt, 95 % CI; higher is better)"
+    assert t.loc["fast", col] == "-4.1 [-5, -3]" and t.loc["baseline", col] == "+0"
+    df.loc[1, ["acc_loss_pt", "acc_loss_lo", "acc_loss_hi"]] = [-0.66, -0.9, -0.4]
+    assert ablation_table(df).set_index("Arm").loc["fast", col] == "+0.66 [+0.4, +0.9]"
+    df["metric_name"], df["loss_unit"] = "loss", "loss"  # a lower-is-better metric keeps its units and sign
+    df.loc[1, ["acc_loss_pt", "acc_loss_lo", "acc_loss_hi"]] = [0.02, 0.01, 0.03]
+    t = ablation_table(df).set_index("Arm")
+    assert t.loc["fast", "loss change (95 % CI; lower is better)"] == "+0.02 [+0.01, +0.03]"
