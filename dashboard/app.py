@@ -17,10 +17,10 @@ minutes on 2 cores).
 
 This file only draws the sidebar (``_sidebar``), the recommendation card above the tabs (``_card``: the one answer
 for the sidebar's workload and size, measured first, predicted next, ending in a plain-PyTorch file) and one tab
-per page module: every tab, the built-in ones too,
-is a ``dashboard/page_*.py`` with ``TITLE`` and ``render()``, a short ``TAB`` label optional (``_pages``: the
-ablation, stored runs, the scaling model, data loading and the performance report first, then the others by file
-name, then those in ``LAB_DASHBOARD_PAGES``). Long work runs in the background worker (``_lifecycle``), never in
+per page module: every tab, the built-in ones too, is a ``dashboard/page_*.py`` with ``TITLE`` and ``render()``, a
+short ``TAB`` label optional (``_pages``: the built-in ones first, grouped by what a person asks - what should I
+use, where does the time go, how does it scale, this machine, stored runs - then the others by file name, then
+those in ``LAB_DASHBOARD_PAGES``). Long work runs in the background worker (``_lifecycle``), never in
 this script; every page shares one store handle (``_shared.store()``, ``st.cache_resource``).
 """
 
