@@ -224,3 +224,23 @@ def test_the_tables_accuracy_column_names_the_metric_its_direction_and_reads_as_
     df.loc[1, ["acc_loss_pt", "acc_loss_lo", "acc_loss_hi"]] = [0.02, 0.01, 0.03]
     t = ablation_table(df).set_index("Arm")
     assert t.loc["fast", "loss change (95 % CI; lower is better)"] == "+0.02 [+0.01, +0.03]"
+
+
+def test_the_full_run_has_whiskers_on_its_stacked_bars_and_a_table_at_three_digits():
+    from lab.plots.projection import full_run_bars, projection_table
+
+    rows = [{"arm": "baseline", "full run (s)": 21.4785, "lo": 20.7698, "hi": 22.4373, "training steps (s)": 21.4586,
+             "evaluations (s)": 0.0, "one-off costs (s)": 0.0199, "peak memory (MB)": 426.2227, "runs": 3,
+             "steps": 2560},
+            {"arm": "prune50+int8_eager", "full run (s)": 20.0, "lo": 19.0, "hi": 20.0, "training steps (s)": 18.5,
+             "evaluations (s)": 0.5, "one-off costs (s)": 1.0, "peak memory (MB)": None, "runs": 3, "steps": 2560}]
+    fig = full_run_bars(rows, "s")
+    assert [t.name for t in fig.data] == ["training steps", "evaluations", "one-off costs"]
+    assert fig.layout.barmode == "stack" and list(fig.data[0].x) == ["baseline", "prune50+int8_eager"]  # names whole
+    whisker = fig.data[-1].error_y  # on the top of the stack: the whole run's interval
+    assert list(whisker.array) == pytest.approx([22.4373 - 21.4785, 0.0])
+    assert list(whisker.arrayminus) == pytest.approx([21.4785 - 20.7698, 1.0])
+    t = projection_table(rows, "s").set_index("Arm")
+    assert t.loc["baseline", "Full run (s, 95 % CI)"] == "21.5 [20.8, 22.4]"
+    assert t.loc["baseline", "Peak memory (MB)"] == "426" and t.loc["prune50+int8_eager", "Peak memory (MB)"] == ""
+    assert t.loc["baseline", "One-off costs (s)"] == "0.0199" and t.loc["baseline", "Steps"] == "2560"
