@@ -244,3 +244,18 @@ def test_the_full_run_has_whiskers_on_its_stacked_bars_and_a_table_at_three_digi
     assert t.loc["baseline", "Full run (s, 95 % CI)"] == "21.5 [20.8, 22.4]"
     assert t.loc["baseline", "Peak memory (MB)"] == "426" and t.loc["prune50+int8_eager", "Peak memory (MB)"] == ""
     assert t.loc["baseline", "One-off costs (s)"] == "0.0199" and t.loc["baseline", "Steps"] == "2560"
+
+
+def test_where_it_pays_tables_read_in_words_and_three_digits():
+    from lab.plots.scale import crossover_table, placement_table
+
+    (row,) = placement_table([{"technique": "prune_channels50+int8_static", "axis": "inference",
+                               "predicted_speedup": 2.9156, "pays": True, "loo_error": 0.4692}])
+    assert row == {"Technique": "prune_channels50+int8_static", "Axis": "inference", "Predicted speedup (x)": "2.92",
+                   "Pays": "yes", "Fit's error on a held-out rung": "47 %"}
+    (c,) = crossover_table([{"workload": "ctr", "technique": "bf16", "axis": "train_step", "measured_params": 209434,
+                             "measured_rung": "s", "predicted_params": 202005.69, "predicted_rung": "s",
+                             "within_one_rung": True}])
+    assert c["Axis"] == "training step" and c["Measured at (params)"] == "209,434" and c["Predicted at (params)"] \
+        == "202,006" and c["Prediction within one rung"] == "yes"
+    assert not any("_" in k for k in [*row, *c])  # no snake_case header
