@@ -96,6 +96,14 @@ CHECKS_JS = """() => {
         out.titles.push(t.textContent.slice(0, 60) + ': ' + Math.round(r.width) + ' px in a ' +
                         Math.round(box.width) + ' px plot');
     }
+    // annotations (a facet's title among them) that print over each other: the report's hardware titles did
+    const notes = [...plot.querySelectorAll('g.annotation-text-g')].map(g => [g, g.getBoundingClientRect()])
+      .filter(([g, r]) => r.width > 0 && g.textContent.trim());
+    for (let i = 0; i < notes.length; i++) for (let j = i + 1; j < notes.length; j++) {
+      const [a, ra] = notes[i], [b, rb] = notes[j];
+      if (ra.left < rb.right - 2 && rb.left < ra.right - 2 && ra.top < rb.bottom - 2 && rb.top < ra.bottom - 2)
+        out.titles.push('"' + a.textContent.slice(0, 40) + '" over "' + b.textContent.slice(0, 40) + '"');
+    }
   }
   return out;
 }"""
