@@ -46,6 +46,13 @@ class Choices:
         return bool(self.job and self.job["live"])
 
 
+def _first_sentence(doc: str) -> str:
+    """A recipe's docstring up to its first full stop, on one line (its first line stopped mid-sentence)."""
+    text = " ".join(doc.split()).replace("``", "")
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
 def _follow_job(job: dict[str, Any] | None, workload_names: list[str]) -> None:
     """A new session (a reload, a second tab) that re-attaches to a job opens its sidebar on that job's workload
     and size, so the sidebar says what the page shows (it said ctr over a sequence ablation). A session that has
@@ -91,7 +98,7 @@ def draw() -> Choices:
         mode = st.radio("Arms", ["recipe", "techniques"], key="mode", horizontal=True)
         if mode == "recipe":
             recipe = st.selectbox("Recipe", list(RECIPES), key="recipe")
-            st.caption((RECIPES[recipe].__doc__ or "").strip().splitlines()[0])
+            st.caption(_first_sentence(RECIPES[recipe].__doc__ or ""))
             techniques: list[str] = []
             as_factorial = False
         else:
