@@ -259,3 +259,19 @@ def test_where_it_pays_tables_read_in_words_and_three_digits():
     assert c["Axis"] == "training step" and c["Measured at (params)"] == "209,434" and c["Predicted at (params)"] \
         == "202,006" and c["Prediction within one rung"] == "yes"
     assert not any("_" in k for k in [*row, *c])  # no snake_case header
+
+
+def test_the_loading_table_reads_the_chart_s_median_step_beside_the_share_of_all_time():
+    """Both figures from the same measured steps, each named for what it is: a median step that waits 1 ms, and a
+    share of all measured time that one long stall makes large (the page said "waits 20.6 %" beside ~1 ms)."""
+    from lab.plots.data import loader_row, phase_bars
+    from lab.result import RunResult
+
+    wait = [50.0] + [1.0] * 9  # the first measured step stalls on an empty buffer
+    res = RunResult(run_id="x" * 32, config={}, env={}, step_times_ms={"total": [w + 18.0 for w in wait],
+                                                                 "data_wait": wait}, warmup_steps=0)
+    row = loader_row("thread", res)
+    assert row["Median step (ms)"] == "19" and row["Data wait in the median step (ms)"] == "1"
+    assert row["Data wait, share of all measured time"] == f"{100 * 59 / (59 + 180):.1f} %"
+    fig = phase_bars({"thread": {p: res.measured_ms(p) for p in res.step_times_ms}}, skip=0)
+    assert fig.data[0].name == "data_wait" and list(fig.data[0].y) == [1.0]  # the chart's slice is the table's
