@@ -210,8 +210,9 @@ def test_data_loading_page_measures_the_loaders_in_the_background_worker(private
         at.run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    table = _frame_with(at, "loader")
-    assert list(table["loader"]) == ["naive", "thread"]
+    table = _frame_with(at, "Loader")
+    assert list(table["Loader"]) == ["naive", "thread"]
+    assert table["Data wait in the median step (ms)"].ne("").all()  # the chart's figure, named
     assert "dl_phases" in _chart_ids(at) and "dl_timeline" in _chart_ids(at)
     with ResultStore(private_store) as store:
         done = jobs.job(store, job["key"])

@@ -293,7 +293,7 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
                 _check_card(page)
                 tabs = page.get_by_role("tab")
                 names = [tabs.nth(i).inner_text() for i in range(tabs.count())]
-                assert names[:5] == ["Ablation", "Doctor", "Where it pays", "Loading", "Threads"]
+                assert names[:5] == ["Ablation", "Doctor", "Where it pays", "Loading", "Threads"], names
                 assert "Example page" in names and "Machine" in names
                 plots = 0
                 for i, name in enumerate(names):
