@@ -17,6 +17,7 @@ import streamlit as st
 from lab import RunConfig
 from lab.config import SIZES
 from lab.doctor import diagnose, format_verification, verify
+from lab.doctor.stored import save_diagnosis
 from lab.plots.doctor import op_class_bars, predicted_vs_measured, prescription_bars
 from lab.registry import OPTIONS
 
@@ -49,6 +50,7 @@ def render() -> None:
             cfg = RunConfig(workload=workload, size=size, threads=int(threads))
             with st.spinner("profiling a baseline and calibrating this machine's rates ..."):
                 st.session_state["doctor_diagnosis"] = diagnose(cfg, techniques=techs)
+            save_diagnosis(_shared.store(), st.session_state["doctor_diagnosis"])  # the card reads it after a reload
             st.session_state.pop("doctor_rows", None)
             st.rerun()  # the card above the tabs reads the new diagnosis: draw it again
         except ValueError as exc:

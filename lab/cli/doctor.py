@@ -4,6 +4,7 @@ predictions in an interleaved ablation. The configuration flags are the config's
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from lab.cli.options import UsageError, config_from_args, json_file, json_flag, store_flags, write_json
@@ -35,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
 
     from lab.doctor import diagnose, format_diagnosis, format_scorecard, format_verification, scorecard, verify
     from lab.doctor.hours import format_hours, prescription_hours
+    from lab.doctor.stored import keep
     from lab.store import ResultStore
 
     if args.verify < 0:
@@ -51,6 +53,9 @@ def main(args: argparse.Namespace) -> int:
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
     measure = [m.strip() for m in args.measure.split(",") if m.strip()]
     d = diagnose(cfg, techniques=techs, measure=measure)
+    not_kept = keep(d, args.store)  # the recommendation card (lab recommend, the dashboard) reads it later
+    if not_kept:
+        print(f"lab: warning: {not_kept}", file=sys.stderr)
     out: dict[str, Any] = d.to_dict()
     try:
         out["hours"] = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)

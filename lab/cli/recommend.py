@@ -53,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
     from lab.config import RunConfig
     from lab.doctor import diagnose
     from lab.doctor.recommendation import card_from_store
+    from lab.doctor.stored import keep
     from lab.portable import from_techniques
     from lab.store import ResultStore, default_store_path
 
@@ -64,6 +65,9 @@ def main(args: argparse.Namespace) -> int:
     if args.diagnose:
         print(f"profiling a baseline of {args.workload}/{args.size} for the doctor's prediction ...", file=sys.stderr)
         diagnosis = diagnose(cfg)
+        not_kept = keep(diagnosis, args.store)
+        if not_kept:
+            print(f"lab: warning: {not_kept}", file=sys.stderr)
     store_path = Path(args.store) if args.store else default_store_path()
     if store_path.exists():
         with ResultStore(store_path, read_only=True) as store:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from lab.doctor.diagnosis import Diagnosis
+    from lab.doctor.stored import StoredDiagnosis
     from lab.store import ResultStore
 
 MEASURED, PREDICTED = "measured", "predicted"
@@ -248,7 +249,7 @@ def _disagreement(p: Any, row: Any) -> str | None:
             "this model, beside its baseline)")
 
 
-def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | None = None, *, workload: str,
+def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | StoredDiagnosis | None = None, *, workload: str,
               size: str, hardware_id: str | None = None, threads: int | None = None,
               speed: str = "train_speedup", budget_pt: float = 1.0) -> Recommendation:
     """The card for ``workload`` at ``size`` from an ablation ``table`` (:func:`lab.ablation.summarize`) and a
@@ -321,16 +322,24 @@ def stored_table(store: ResultStore, workload: str, size: str) -> tuple[pd.DataF
     return summarize(runs, techniques=ablation.techniques, axes=ablation.axes), job["key"]
 
 
-def card_from_store(store: ResultStore | None, workload: str, size: str, diagnosis: Diagnosis | None = None, *,
+def card_from_store(store: ResultStore | None, workload: str, size: str,
+                    diagnosis: Diagnosis | StoredDiagnosis | None = None, *,
                     speed: str = "train_speedup", budget_pt: float = 1.0, here: str | None = None) -> Recommendation:
     """The card every face shows: the last finished ablation of ``workload`` at ``size`` in ``store`` and the
     doctor's ``diagnosis`` (if any), combined by :func:`recommend`. An ablation measured on another machine is
-    not this machine's evidence: it is left out, and the card says so. ``store`` None: nothing stored yet;
+    not this machine's evidence: it is left out, and the card says so. Without a ``diagnosis``, the newest one stored
+    for this workload and size on this machine (:mod:`lab.doctor.stored`) is read. ``store`` None: nothing stored;
     ``here``: this machine's hardware id (default: :func:`lab.measure.environment_stamp`'s)."""
+    from lab.doctor.stored import last_diagnosis
     from lab.measure import environment_stamp
 
     table, key = stored_table(store, workload, size) if store is not None else (None, None)
     here = here or environment_stamp()["hardware_id"]
+    stored_note = None
+    if diagnosis is None and store is not None:  # the doctor's last word on this model here, if it spoke
+        diagnosis = last_diagnosis(store, workload, size, here)
+        if diagnosis is not None:
+            stored_note = f"the doctor's prediction is the stored one from {diagnosis.age_text()}"
     elsewhere = None
     if table is not None and (there := table.iloc[0].get("hardware_id")) and there != here:
         elsewhere = (f"the last ablation of {workload}/{size} ({key}) was measured on {there}, not on this machine "
@@ -338,7 +347,7 @@ def card_from_store(store: ResultStore | None, workload: str, size: str, diagnos
         table = None
     card = recommend(table, diagnosis, workload=workload, size=size, hardware_id=here, speed=speed,
                      budget_pt=budget_pt)
-    notes = ((elsewhere,) if elsewhere else ()) + card.notes
+    notes = ((elsewhere,) if elsewhere else ()) + ((stored_note,) if stored_note else ()) + card.notes
     sources = tuple(s.replace("an ablation", f"the ablation {key}") for s in card.sources)
     return replace(card, notes=notes, sources=sources)
 

@@ -434,6 +434,12 @@ def test_cli_doctor_prints_breakdown_prescription_and_verification(toy_workload,
 
     hist = load_history(environment_stamp("cpu")["hardware_id"])
     assert len(hist) == 1 and hist[0]["workload"] == "toy" and hist[0]["predicted"] > 0
+    from lab.doctor.stored import last_diagnosis
+    from lab.store import ResultStore
+
+    with ResultStore(tmp_path / "v.sqlite") as store:  # kept for the recommendation card
+        kept = last_diagnosis(store, "toy", "tiny", environment_stamp("cpu")["hardware_id"])
+    assert kept is not None and {p.technique for p in kept.predictions} <= {"fused_optim", "prefetch"}
 
 
 @pytest.mark.parametrize("argv", [["--verify", "-1"], ["--techniques", "nope"], ["--repeats", "0"]])

@@ -222,3 +222,28 @@ def test_bad_cli_input_is_one_line_before_any_work(capsys) -> None:
     assert main(["recommend", "--workload", "nope"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "nope" in err
+
+
+def test_a_stored_diagnosis_outlives_its_page_and_the_card_reads_the_newest_of_this_machine(private_store):
+    from lab.doctor.recommendation import card_from_store
+    from lab.doctor.stored import last_diagnosis, save_diagnosis
+    from lab.store import ResultStore
+
+    def made(hw: str, *predictions: Prediction) -> SimpleNamespace:
+        d = _diagnosis(*predictions)
+        d.cfg.workload_spec = None
+        d.hardware_id = hw
+        d.to_dict = lambda: {"rate_source": "planted rates", "predictions": [p.to_dict() for p in predictions]}
+        return d
+
+    with ResultStore(private_store) as store:
+        assert last_diagnosis(store, "ctr", "tiny", HW) is None  # no table yet: nothing, not an error
+        save_diagnosis(store, made(HW, _p("bf16", 1.5, 1.2, 1.8)))
+        save_diagnosis(store, made(HW, _p("fast_kernels", 1.6, 1.3, 1.9)))  # the newer
+        save_diagnosis(store, made("other-cpu-8c", _p("compile", 3.0, 2.0, 4.0)))
+        kept = last_diagnosis(store, "ctr", "tiny", HW)
+        assert [p.technique for p in kept.predictions] == ["fast_kernels"] and kept.predictions[0].lo == 1.3
+        assert last_diagnosis(store, "ctr", "small", HW) is None
+        card = card_from_store(store, "ctr", "tiny", here=HW)
+    assert [e.name for e in card.to_try] == ["fast_kernels"] and card.headline().startswith("Try fast_kernels")
+    assert any(n.startswith("the doctor's prediction is the stored one from") for n in card.notes)
