@@ -2,6 +2,7 @@
 
     python benchmarks/doctor.py [--quick] [--json PATH] [--sets builtin,gallery,hf] [--cases ctr:small,...]
                                 [--techniques a,b] [--merge PATH] [--rescore PATH [--recalibrate]]
+                                [--cross A.json,B.json]
 
 Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.scorecard`):
 
@@ -15,6 +16,8 @@ Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.score
   gallery and HF residuals (``tests/gallery_unseen.py``: an unrolled ``LSTMCell``, a 1-D CNN, a dense
   mixture of experts, wide & deep over ``EmbeddingBag``). For those two rules gallery and HF are a re-test;
   this set is the held-out test, and no rule may be fitted on it.
+- ``pasted``: models as people paste them (``tests/gallery_pasted.py``, issue 45's patterns), written before the
+  risk-aware prescription and the small-attention compile rule, scored before and after them.
 
 For each case the doctor profiles a baseline and predicts every technique in the list
 (:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
@@ -175,6 +178,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--merge", metavar="PATH", help="pool with the cases of this earlier doctor JSON")
     p.add_argument("--rescore", metavar="PATH", help="measure nothing: recompute this doctor JSON's figures "
                                                     "(written back to --json when given)")
+    p.add_argument("--cross", metavar="A.json,B.json", help="measure nothing: score each JSON's prescription (its "
+                   "rows' order and prescribed flags) on each JSON's measurements, case by case (two rules on the same "
+                   "measurements: what changed the scores, the rule or the noise)")
     p.add_argument("--recalibrate", action="store_true", help="with --rescore: widen each stored interval by the "
                                                               "other cases' residuals first (leave one case out)")
     return p.parse_args()
@@ -182,6 +188,9 @@ def parse() -> argparse.Namespace:
 
 def main() -> None:
     args = parse()
+    if args.cross:
+        cross_score(*args.cross.split(","))
+        return
     if args.rescore:
         rescore(args.rescore, args.json, recalibrate=args.recalibrate)
         return
@@ -306,6 +315,27 @@ def recalibrated_cases(data_cases: list[dict]) -> list[dict]:
                          "predicted_hi": max(hi, s * math.exp(w))})
         out.append({**c, "rows": rows})
     return out
+
+
+def cross_score(*paths: str) -> None:
+    """Print the scorecard headline of every (prescription of JSON i, measurements of JSON j) over the cases both
+    hold: the rows in JSON i's order with its ``prescribed`` flags (none before prescriptions existed: the first row
+    is the pick), their measured speedups, intervals and A/A read from JSON j by technique."""
+    data = {p: {case_key(c): c for c in json.loads(Path(p).read_text())["cases"]} for p in paths}
+    keys = [k for k in data[paths[0]] if all(k in d for d in data.values())]
+    cols = ("measured", "measured_lo", "measured_hi", "aa_measured")
+    for rule in paths:
+        for meas in paths:
+            cases = []
+            for k in keys:
+                got = {r["technique"]: r for r in data[meas][k]["rows"]}
+                cases.append({"rows": [{**r, **{c: got.get(r["technique"], {}).get(c) for c in cols}}
+                                       for r in data[rule][k]["rows"] if r["technique"] in got]})
+            s = scorecard(cases)
+            print(f"prescription of {rule} on the measurements of {meas}: top-1 {s['top1_hits']}/{s['top1_n']}, regret "
+                  f"mean {100 * s['regret_mean']:.0f} % / worst {100 * s['regret_worst']:.0f} %, pick slower than the "
+                  f"baseline {s['slower']}/{s['top1_n']} ({s['slower_beyond_noise']} beyond the A/A noise), nothing "
+                  f"prescribed {s['nothing_prescribed']}")
 
 
 def rescore(path: str, out: str | None, *, recalibrate: bool = False) -> None:
