@@ -92,11 +92,12 @@ def predict_precision(name: str, dtype: str, b: Breakdown, r: Rates) -> Predicti
 def predict_auto(name: str, candidates: list[Prediction], steps: int = 0) -> Prediction:
     """``auto`` probes each low precision on this model and keeps fp32 unless one is clearly faster (its paired
     speedup CI's lower bound above ``1 + lab.precision.auto.AUTO_MIN_GAIN``), so it is predicted as the best
-    candidate when that one is predicted at least 5 % faster, else 1.0 (a run too short for the probe's budget
-    keeps fp32 unprobed: ``lab.precision.auto.probe_plan``). The decision is the probe's, made on a
-    measurement, not on this prediction's interval: when the best candidate's interval reaches below 1 the
-    probe would keep fp32 there, so the lower bound is ~1.0 rather than the candidate's (the probe's own time
-    is a run cost)."""
+    candidate when that one is predicted at least 5 % faster, else 1.0. A run of ``steps`` too short to repay an
+    in-run probe (:func:`lab.precision.inrun.probe_pays`) is not probed and keeps fp32 unless a stored probe of the
+    model names a dtype (:mod:`lab.precision.unprobed`): predicted 1.0 (a stored probe is not looked up here).
+    The decision is the probe's, made on a measurement, not on this prediction's interval: when the best
+    candidate's interval reaches below 1 the probe would keep fp32 there, so the lower bound is ~1.0 rather than
+    the candidate's (the probe's own time is a run cost, charged by :func:`lab.doctor.risk.prescribe`)."""
     best = max(candidates, key=lambda p: p.speedup, default=None)
     pays, short = probe_pays(steps, 1 + len(candidates)) if steps and candidates else (True, "")
     if not pays:  # lab.precision.unprobed: a stored probe of this model, else fp32

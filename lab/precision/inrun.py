@@ -53,7 +53,9 @@ INRUN_COST_SHARE = 0.03
 #: What a candidate's first steps in its dtype cost beyond fp32's, in fp32 steps (its kernels and autocast's
 #: weight casts are built on first use): the probe cannot decide before that is paid, and its cost cap
 #: (:data:`INRUN_COST_SHARE`) only affords it on a run of ``n / INRUN_COST_SHARE`` steps or more. On pasted_mnist
-#: (60 steps, ~3 ms a step, amd-epyc-avx512bf16-2c) bf16's warm-up and first step cost 8 ms beyond fp32's: ~2.5 steps.
+#: (60 steps, ~3 ms a step, amd-epyc-avx512bf16-2c, measured while other processes held 1.7 of the 2 cores) bf16's
+#: warm-up and first step cost 8 ms beyond fp32's, ~2.5 steps, and the cap stopped the probe there; one reading
+#: on a busy machine, so the constant is a round figure, not a fit.
 FIRST_STEPS_COST = 3.0
 
 RULE_INRUN = (f"fastest native candidate whose paired speedup vs fp32 (median over >= {MIN_ROUNDS} interleaved "
