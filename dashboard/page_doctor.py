@@ -17,6 +17,7 @@ import streamlit as st
 from lab import RunConfig
 from lab.config import SIZES
 from lab.doctor import diagnose, format_verification, verify
+from lab.doctor.risk import NOTHING_PAYS
 from lab.doctor.stored import save_diagnosis
 from lab.plots.doctor import op_class_bars, predicted_vs_measured, prescription_bars
 from lab.registry import OPTIONS
@@ -26,7 +27,9 @@ TITLE = "Doctor"
 
 def _diagnosis_table(d) -> pd.DataFrame:  # noqa: ANN001 - a lab.doctor.Diagnosis
     return pd.DataFrame([{"rank": i + 1, "technique": p.technique, "axis": p.axis, "predicted": round(p.speedup, 3),
-                          "lo": round(p.lo, 3), "hi": round(p.hi, 3), "reason": p.reason}
+                          "lo": round(p.lo, 3), "hi": round(p.hi, 3),
+                          "over the run": None if p.run_speedup is None else round(p.run_speedup, 3),
+                          "prescribed": p.prescribed, "reason": p.reason}
                          for i, p in enumerate(d.predictions)])
 
 
@@ -71,6 +74,8 @@ def render() -> None:
     st.caption(f"rates: {d.rate_source}; " + "; ".join(d.advice))
     st.plotly_chart(prescription_bars(d.predictions), key="doctor_prescription")
     _shared.dataframe(_diagnosis_table(d), key="doctor_table", hide_index=True)
+    if d.top() is None:  # no training pick's run interval clears 1 beyond the A/A noise (lab.doctor.risk)
+        st.caption(f"training step: {NOTHING_PAYS}")
     if d.skipped:
         st.caption("not predicted: " + "; ".join(f"{k} ({v})" for k, v in d.skipped.items()))
     k = st.number_input("verify the top K", min_value=1, max_value=max(1, len(d.predictions)), value=min(3, len(

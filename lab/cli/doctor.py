@@ -56,12 +56,17 @@ def main(args: argparse.Namespace) -> int:
     not_kept = keep(d, args.store)  # the recommendation card (lab recommend, the dashboard) reads it later
     if not_kept:
         print(f"lab: warning: {not_kept}", file=sys.stderr)
-    out: dict[str, Any] = d.to_dict()
     try:
-        out["hours"] = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)
-        hours = format_hours(out["hours"])
+        h = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)
+        if args.full_epochs is not None or args.rows is not None:  # one-off costs over the user's run, not this one
+            d = d.for_run(h["steps"], "the full run")
+            h = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)
+        hours = format_hours(h)
     except ValueError as exc:  # a baseline the projection cannot read: said, not hidden
-        hours = f"full run not projected: {exc}"
+        h, hours = None, f"full run not projected: {exc}"
+    out: dict[str, Any] = d.to_dict()
+    if h is not None:
+        out["hours"] = h
     text = args.json != "-"
     if text:
         print(format_diagnosis(d))

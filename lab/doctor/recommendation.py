@@ -11,9 +11,10 @@ The rule, in the order a reader should trust the evidence:
 2. **A table that cannot crown crowns nothing here either**: a preview (too few runs), a baseline that did not
    learn, a busy machine, an A/A interval that excludes 1. The card says which, in the verdict's words, and
    keeps only the predictions, labelled as such.
-3. **A prediction is advice to measure, never a verdict**: an option the doctor predicts to pay (its interval's
-   lower end above 1) and no trusted ablation measured is listed as "predicted, not measured yet"; one predicted
-   to lose (upper end below 1) goes under "does not pay here" with the doctor's reason.
+3. **A prediction is advice to measure, never a verdict**: an option the doctor prescribes (its interval over the
+   run, one-off costs charged, clears 1 beyond the A/A noise: :func:`lab.doctor.risk.prescribe`; a prediction made
+   before that rule: its interval's lower end above 1) and no trusted ablation measured is listed as "predicted,
+   not measured yet"; one predicted to lose (upper end below 1) goes under "does not pay here" with its reason.
 4. **Where both exist and disagree** (the measured interval and the predicted one do not overlap on the same
    axis), the card says so and trusts the measurement: it ran here, on this model, beside its baseline.
 
@@ -198,9 +199,26 @@ def _measured(row: Any, speed: str, why: str = "") -> Evidence:
 
 
 def _predicted(p: Any, speed: str) -> Evidence:
-    return Evidence(name=p.technique, options=(p.technique,), source=PREDICTED, axis=AXIS_WORDS[
-        "infer_speedup" if p.axis == "inference" else "step_speedup"], speedup=p.speedup, lo=p.lo, hi=p.hi,
-        why=p.reason)
+    """A prediction as evidence: over the run (one-off costs charged, :mod:`lab.doctor.risk`) where the doctor
+    priced it so, per step otherwise."""
+    over = getattr(p, "run_speedup", None) is not None
+    axis = AXIS_WORDS["infer_speedup" if p.axis == "inference" else "step_speedup"]
+    return Evidence(name=p.technique, options=(p.technique,), source=PREDICTED,
+                    axis=f"{axis}, over the run" if over else axis,
+                    speedup=p.run_speedup if over else p.speedup, lo=p.run_lo if over else p.lo,
+                    hi=p.run_hi if over else p.hi, why=p.reason)
+
+
+def _pays(p: Any) -> bool:
+    """The doctor's own rule where it ran (:func:`lab.doctor.risk.prescribe`: the run interval clears 1 beyond the
+    A/A noise); the interval's lower end above 1 for a prediction made before it."""
+    prescribed = getattr(p, "prescribed", None)
+    return bool(prescribed) if prescribed is not None else p.lo > 1.0
+
+
+def _loses(p: Any) -> bool:
+    hi = getattr(p, "run_hi", None)
+    return (hi if hi is not None else p.hi) < 1.0
 
 
 def _measured_part(table: pd.DataFrame, speed: str, budget_pt: float
@@ -291,9 +309,9 @@ def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | StoredDi
                 continue
             if p.technique in measured_names:
                 continue
-            if p.lo > 1.0:
+            if _pays(p):
                 to_try.append(_predicted(p, speed))
-            elif p.hi < 1.0:
+            elif _loses(p):
                 not_here.append(_predicted(p, speed))
         to_try.sort(key=lambda e: e.lo, reverse=True)
     if said.get("reason") == "busy" and diagnosis is not None:

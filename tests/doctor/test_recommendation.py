@@ -247,3 +247,16 @@ def test_a_stored_diagnosis_outlives_its_page_and_the_card_reads_the_newest_of_t
         card = card_from_store(store, "ctr", "tiny", here=HW)
     assert [e.name for e in card.to_try] == ["fast_kernels"] and card.headline().startswith("Try fast_kernels")
     assert any(n.startswith("the doctor's prediction is the stored one from") for n in card.notes)
+
+
+def test_the_card_follows_the_doctors_prescription_over_the_run_where_the_doctor_priced_one() -> None:
+    """One rule: a prediction the doctor's risk rule did not prescribe (its run interval, compile's one-off cost
+    charged, does not clear 1) is not advised on the card, even where its per-step interval clears 1."""
+    from dataclasses import replace
+
+    compile_ = replace(_p("compile", 1.3, 1.1, 1.5), run_speedup=0.4, run_lo=0.3, run_hi=0.5, prescribed=False)
+    fused = replace(_p("fused_optim", 1.1, 1.05, 1.2), run_speedup=1.1, run_lo=1.05, run_hi=1.2, prescribed=True)
+    card = recommend(None, _diagnosis(compile_, fused), workload="ctr", size="tiny")
+    assert [e.name for e in card.to_try] == ["fused_optim"]
+    assert card.to_try[0].axis == "training step, over the run"
+    assert [e.name for e in card.not_here] == ["compile"] and card.not_here[0].hi == 0.5
