@@ -242,7 +242,7 @@ def fit_budget(cfg: RunConfig, budget_mb: float, *, measure: str = "auto", batch
             timed[c.levels] = (c, got["step_ms"])
         row(c, status="measured", peak_mb=got["peak_mb"], step_ms=got.get("step_ms"), fits=fits,
             roles_mb=got.get("roles_mb"))
-        say(f"{head}: peak {got['peak_mb']:.1f} MB, step {_ms(got.get('step_ms'))}"
+        say(f"{head}: peak {got['peak_mb']:.4g} MB, step {_ms(got.get('step_ms'))}"
             f" - {'fits' if fits else 'over'}")
         if fits:
             fitting.append(c)
@@ -264,8 +264,8 @@ def fit_budget(cfg: RunConfig, budget_mb: float, *, measure: str = "auto", batch
         low = min((r for r in rows if r.get("peak_mb") is not None), key=lambda r: r["peak_mb"])
         at = f" at batch {low['batch_size']}" if "batch_size" in low else ""
         raise BudgetNotMet(f"memory budget {budget_mb:g} MB cannot be met: the smallest peak reached is "
-                           f"{low['peak_mb']:.1f} MB ({low['name']}{at}, measured by {kind}); "
-                           f"raise --memory-budget to at least {math.ceil(low['peak_mb'])} MB")
+                           f"{low['peak_mb']:.4g} MB ({low['name']}{at}, measured by {kind}); "
+                           f"raise --memory-budget to at least {_up(low['peak_mb'])} MB")
     chosen = min(ok, key=lambda r: (r["step_ms"] if r.get("step_ms") is not None else math.inf))
     found["chosen"] = chosen
     b_ms, c_ms = (base or {}).get("step_ms"), chosen.get("step_ms")
@@ -297,7 +297,7 @@ def _smaller_batch(cfg: RunConfig, smallest: dict[str, Any], budget_mb: float, m
                      "overrides": {**smallest["overrides"], "batch_size": b}, "status": "measured",
                      "peak_mb": got["peak_mb"], "step_ms": got.get("step_ms"), "fits": fits,
                      "roles_mb": got.get("roles_mb")})
-        say(f"memory budget {budget_mb:g} MB: {smallest['name']} at batch {b}: peak {got['peak_mb']:.1f} MB, "
+        say(f"memory budget {budget_mb:g} MB: {smallest['name']} at batch {b}: peak {got['peak_mb']:.4g} MB, "
             f"step {_ms(got.get('step_ms'))} - {'fits' if fits else 'over'}")
         if fits:
             found["batch"] = {"from": resolve(cfg).batch_size, "to": b}
@@ -305,8 +305,15 @@ def _smaller_batch(cfg: RunConfig, smallest: dict[str, Any], budget_mb: float, m
     return []
 
 
+def _up(mb: float) -> str:
+    """``mb`` rounded up: to the MB from 10 MB, else to the hundredth (a budget of that figure holds the peak)."""
+    return f"{math.ceil(mb)}" if mb >= 10 else f"{math.ceil(mb * 100) / 100:g}"
+
+
 def _ms(ms: float | None) -> str:
-    return "n/a" if ms is None else f"{ms:.4g} ms"
+    if ms is None:
+        return "n/a"
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
 
 
 def chosen_config(cfg: RunConfig, found: dict[str, Any]) -> RunConfig:
@@ -319,10 +326,10 @@ def format_budget(found: dict[str, Any]) -> str:
     c, base = found["chosen"], found.get("baseline")
     head = f"memory budget {found['budget_mb']:g} MB ({found['measure']}): "
     if base is not None and c is base:
-        return head + f"the budget-free configuration fits (peak {c['peak_mb']:.1f} MB); no lever needed"
-    line = head + f"fits with {c['name']} (peak {c['peak_mb']:.1f} MB"
+        return head + f"the budget-free configuration fits (peak {c['peak_mb']:.4g} MB); no lever needed"
+    line = head + f"fits with {c['name']} (peak {c['peak_mb']:.4g} MB"
     if base is not None:
-        line += f", budget-free {base['peak_mb']:.1f} MB"
+        line += f", budget-free {base['peak_mb']:.4g} MB"
     line += ")"
     if found.get("step_time_ratio") is not None:
         line += (f", step {_ms(c['step_ms'])} = {found['step_time_ratio']:.2f}x the budget-free "

@@ -118,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"  trace (open in https://ui.perfetto.dev): {prof.get('trace')}")
     if found is not None and args.json != "-":
         got = found["run_peak_mb"]
-        print(f"  memory budget {budget_mb:g} MB: the run's own peak {'n/a' if got is None else f'{got:.1f} MB'} "
+        print(f"  memory budget {budget_mb:g} MB: the run's own peak {'n/a' if got is None else f'{got:.4g} MB'} "
               f"({found['measure']}), configuration {found['chosen']['name']}")
     if json_out is not None:
         write_json(result.to_json(), json_out)

@@ -57,7 +57,7 @@ def test_the_search_picks_the_fastest_that_fits_not_the_first_and_skips_what_onl
         ["baseline", "accum2", "accum4", "checkpoint_blocks"]
     assert status["accum2+checkpoint_blocks"] == "skipped" and status["adam8bit"] == "skipped"
     assert len(calls) == 4 and all(cfg.max_steps == 5 and cfg.latency_repeats == 0 for cfg in calls)
-    assert "fits with checkpoint_blocks (peak 70.0 MB, budget-free 100.0 MB)" in format_budget(found)
+    assert "fits with checkpoint_blocks (peak 70 MB, budget-free 100 MB)" in format_budget(found)
     run_cfg = chosen_config(BASE, found)
     assert run_cfg.memory.checkpoint == "blocks" and run_cfg.max_steps == BASE.max_steps  # not the try's
     found = fit_budget(BASE, 85, measure_fn=planted([]), measure="roles")
@@ -78,7 +78,7 @@ def test_a_budget_nothing_meets_is_one_line_naming_the_smallest_peak():
     with pytest.raises(BudgetNotMet) as err:
         fit_budget(BASE, 5, measure_fn=planted([]), measure="roles", batch="never")
     msg = str(err.value)
-    assert "\n" not in msg and "smallest peak reached is 20.0 MB (accum4+checkpoint_blocks+adam4bit" in msg
+    assert "\n" not in msg and "smallest peak reached is 20 MB (accum4+checkpoint_blocks+adam4bit" in msg
     assert "at least 20 MB" in msg
 
 
@@ -87,7 +87,7 @@ def test_the_batch_is_halved_only_when_nothing_that_keeps_it_fits():
     assert found["batch"] == {"from": 64, "to": 16} and found["chosen"]["batch_size"] == 16
     assert found["chosen"]["name"] == "accum4+checkpoint_blocks+adam4bit"
     assert chosen_config(BASE, found).batch_size == 16 and "the effective batch changes" in format_budget(found)
-    with pytest.raises(BudgetNotMet, match=r"smallest peak reached is 20.0 MB \(.* at batch 8"):
+    with pytest.raises(BudgetNotMet, match=r"smallest peak reached is 20 MB \(.* at batch 8"):
         fit_budget(BASE, 5, measure_fn=planted([], batch_mb=0.5), measure="roles")
 
 

@@ -38,8 +38,9 @@ NOT_PREDICTED: dict[str, str] = {
 #: say why); every other option's family writes its part (:meth:`lab.technique.Technique.portable`).
 NOT_PORTABLE: dict[str, str] = {
     "fast_kernels": "the workload's own faster model code (ctr: index_select lookups), not a change of the loop",
-    **dict.fromkeys(("checkpoint_blocks", "adam8bit", "adam4bit", "accum2", "accum4"), "the memory family writes no recipe part yet "
-                    "(it landed beside the recipe): lab refuses them in `python -m lab recipe` with that reason"),
+    **dict.fromkeys(("checkpoint_blocks", "adam8bit", "adam4bit", "accum2", "accum4"), "the memory family writes "
+                    "no recipe part yet (it landed beside the recipe): lab refuses them in `python -m lab recipe` "
+                    "with that reason"),
 }
 
 
