@@ -123,7 +123,7 @@ def resolve_measure(cfg: RunConfig, measure: str) -> str:
     """``auto``: ``cuda`` on a GPU run, else ``roles``. A compiled forward's saved tensors are not counted by
     role, so ``roles`` refuses ``compute.compile`` (``rss`` measures it)."""
     if measure not in MEASURES:
-        raise ValueError(f"memory measure {measure!r} is invalid: allowed: {', '.join(MEASURES)}")
+        raise ValueError(f"--memory-measure={measure} is invalid: allowed: {', '.join(MEASURES)}")
     if measure == "auto":
         from lab.context import resolve_device
 
