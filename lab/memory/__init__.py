@@ -1,7 +1,8 @@
 """Memory: train what does not fit. ``memory.checkpoint="blocks"`` (activation checkpointing per block, the
-workload's :meth:`~lab.workloads.Workload.model_blocks`) and ``memory.optimizer_state="int8" | "int4"`` (Adam's
-moments in 8 / 4 bits, torchao), each verified by its effect; and every run's step counted by role
-(``details["memory"]``: parameters, gradients, optimizer state, activations saved for backward) beside the
+workload's :meth:`~lab.workloads.Workload.model_blocks`), ``memory.optimizer_state="int8" | "int4"`` (Adam's moments
+in 8 / 4 bits, torchao) and ``memory.micro_batches=k`` (each batch as k micro-batches, gradients accumulated in
+:func:`lab.loop.train_step`: the same effective batch), each verified by its effect; and every run's step counted by
+role (``details["memory"]``: parameters, gradients, optimizer state, activations saved for backward) beside the
 process RSS peak the loop samples. Page: docs/memory.md.
 
 Where it sits in a run (:data:`lab.registry.FAMILY_ORDER`, after compute and precision, before pruning): its
@@ -42,7 +43,8 @@ def no_blocks_refusal(workload: str, model: nn.Module) -> str:
 
 
 class Memory(Technique):
-    """Activation checkpointing per block and low-bit Adam state; memory by role in every run."""
+    """Activation checkpointing per block, low-bit Adam state and batch-keeping accumulation; memory by role in
+    every run."""
 
     name = "memory"
 
@@ -53,7 +55,8 @@ class Memory(Technique):
         if not cfg.memory.enabled:
             return None
         asked = [f"memory.{k}={v!r}" for k, v in (("checkpoint", cfg.memory.checkpoint),
-                                                   ("optimizer_state", cfg.memory.optimizer_state))
+                                                   ("optimizer_state", cfg.memory.optimizer_state),
+                                                   ("micro_batches", cfg.memory.micro_batches))
                  if v != getattr(type(cfg.memory)(), k)]
         raise NotPortable(f"{', '.join(asked)}: the memory family writes no plain-PyTorch part yet")
 
@@ -76,9 +79,14 @@ class Memory(Technique):
         low_bit_class(state)
 
     def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
-        """Refuse checkpointing a model without blocks, before any training."""
+        """Refuse checkpointing a model without blocks, and more micro-batches than a batch has rows, before any
+        training."""
         if ctx.cfg.memory.checkpoint == "blocks" and not ctx.workload.model_blocks(model):
             raise ValueError(no_blocks_refusal(ctx.cfg.workload, model))
+        k, batch = ctx.cfg.memory.micro_batches, ctx.resolved.batch_size
+        if k > batch:
+            raise ValueError(f"memory.micro_batches={k} is invalid with batch_size={batch}: a micro-batch needs at "
+                             "least one row; lower --memory-micro-batches or raise --batch-size")
 
     def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
         """Checkpoint the blocks of the model that trains."""
@@ -94,6 +102,7 @@ class Memory(Technique):
         state = ctx.cfg.memory.optimizer_state
         if state != "fp32":
             plan.optimizer = low_bit_adam(state)
+        plan.micro_batches = ctx.cfg.memory.micro_batches
         if plan.phase != "train" or plan.probe:
             return
         counting = CountingStep(plan.policy, model, activations=plan.forward is None)
@@ -103,7 +112,7 @@ class Memory(Technique):
             if counting.record is None:  # no step was taken
                 return
             rec = {**counting.record, "checkpoint": ctx.cfg.memory.checkpoint, "optimizer_state": state,
-                   "counted_step": 0}
+                   "micro_batches": plan.micro_batches, "counted_step": 0}
             if "memory.blocks" in ctx.state:
                 rec["checkpointed_blocks"] = ctx.state["memory.blocks"]
             if state != "fp32":
@@ -134,6 +143,9 @@ class Memory(Technique):
                 raise NotTimed(no_blocks_refusal(bench.workload.name, arm.model)) from None
             arm.notes.append(f"{len(names)} blocks checkpointed")
             arm.derive(model, "checkpointed")
+        if o.get("memory.micro_batches", 1) > 1:
+            arm.micro_batches = o["memory.micro_batches"]
+            arm.notes.append(f"{arm.micro_batches} micro-batches")
         state = o.get("memory.optimizer_state", "fp32")
         if state != "fp32":
             if arm.fused:
@@ -146,7 +158,8 @@ class Memory(Technique):
         cfg = (result.config or {}).get("memory", {})
         rec = result.details.get("memory") or {}
         out: dict[str, Any] = {"checkpoint": cfg.get("checkpoint", "none"),
-                               "optimizer_state": cfg.get("optimizer_state", "fp32")}
+                               "optimizer_state": cfg.get("optimizer_state", "fp32"),
+                               "micro_batches": cfg.get("micro_batches", 1)}
         out.update({k: rec[k] for k in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
                                         "saved_activations_bytes") if k in rec})
         return out
