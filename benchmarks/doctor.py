@@ -2,6 +2,7 @@
 
     python benchmarks/doctor.py [--quick] [--json PATH] [--sets builtin,gallery,hf] [--cases ctr:small,...]
                                 [--techniques a,b] [--merge PATH] [--rescore PATH [--recalibrate]]
+                                [--cross A.json,B.json]
 
 Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.scorecard`):
 
@@ -15,6 +16,8 @@ Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.score
   gallery and HF residuals (``tests/gallery_unseen.py``: an unrolled ``LSTMCell``, a 1-D CNN, a dense
   mixture of experts, wide & deep over ``EmbeddingBag``). For those two rules gallery and HF are a re-test;
   this set is the held-out test, and no rule may be fitted on it.
+- ``pasted``: models as people paste them (``tests/gallery_pasted.py``, issue 45's patterns), written before the
+  risk-aware prescription and the small-attention compile rule, scored before and after them.
 
 For each case the doctor profiles a baseline and predicts every technique in the list
 (:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
@@ -50,6 +53,7 @@ from _common import emit, figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gallery import register_gallery  # noqa: E402
+from gallery_pasted import register_pasted  # noqa: E402
 from gallery_unseen import register_unseen  # noqa: E402
 
 from lab import RunConfig  # noqa: E402
@@ -64,6 +68,7 @@ from lab.doctor import (  # noqa: E402
     verify,
 )
 from lab.measure import environment_stamp  # noqa: E402
+from lab.measure.contention import ContentionMeter  # noqa: E402
 from lab.store import ResultStore  # noqa: E402
 
 QUICK_TECHS = ["bf16", "fp16", "fused_optim", "prefetch", "fast_kernels"]
@@ -76,7 +81,8 @@ MAX_STEPS = 40  # per verification run (full mode): enough steady-state steps fo
 HF_MODELS = ("BERT", "DISTILBERT", "GPT2", "VIT", "RESNET")  # lab.workloads.hf's gallery, loaded by spec
 SETS = {"builtin": "built-in ladders (in-sample)", "gallery": "user-model gallery (held out)",
         "hf": "Hugging Face gallery (held out)",
-        "unseen": "models no doctor rule was fitted on (held out)"}
+        "unseen": "models no doctor rule was fitted on (held out)",
+        "pasted": "models as people paste them, built before issue 45's rules (held out)"}
 #: The goals of issue 28 on a held-out set: name -> (scorecard key, test).
 GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": ("regret_mean", lambda v: v <= 0.05),
          "worst regret <= 20 %": ("regret_worst", lambda v: v <= 0.2),
@@ -91,6 +97,8 @@ def case_set(workload: str) -> str:
         return "gallery"
     if workload.startswith("unseen_"):
         return "unseen"
+    if workload.startswith("pasted_"):
+        return "pasted"
     if workload.startswith("hf_") or "workloads.hf:" in workload:
         return "hf"
     return "builtin"
@@ -109,7 +117,7 @@ def hf_available() -> str | None:
 
 def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str]]:
     """The cases of ``sets`` and, per set left out, why."""
-    gallery, unseen = list(register_gallery()), list(register_unseen())
+    gallery, unseen, pasted = list(register_gallery()), list(register_unseen()), list(register_pasted())
     out: list[tuple[str, ...]] = []
     why: dict[str, str] = {}
     for s in sets:  # in the order asked
@@ -119,6 +127,8 @@ def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str
             out += [(g, "tiny") for g in (gallery[:2] if quick else gallery)]
         elif s == "unseen":
             out += [(u, "tiny") for u in (unseen[:2] if quick else unseen)]
+        elif s == "pasted":
+            out += [(u, "tiny") for u in (pasted[:2] if quick else pasted)]
         elif (reason := hf_available()) is None:
             out += [(f"lab.workloads.hf:{m}", "tiny") for m in (HF_MODELS[:2] if quick else HF_MODELS)]
         else:
@@ -140,17 +150,20 @@ def run_case(workload: str, size: str, techs: list[str], store: ResultStore, run
     cfg = RunConfig(workload=workload, size=size, threads=1, latency_repeats=8, model_scale=rung,
                     max_steps=max_steps)
     t0 = time.perf_counter()
+    meter = ContentionMeter().start()  # how busy the machine was over the case (issue 45: scores taken busy say so)
     key = case_key({"workload": workload, "size": size, "model_scale": rung})
     d = diagnose(cfg, techniques=techs, calibration=calibration.without(key) if calibration else None,
                  measure=measure)
     rows = verify(d, len(d.predictions), repeats=3, store=store, record=False)
     card = scorecard([{"rows": rows}])
+    busy = meter.stop()
     return {"workload": workload, "size": size, "model_scale": rung, "set": case_set(workload),
             "params": d.baseline.param_count, "macs_per_sample": d.baseline.macs_per_sample,
             "step_ms": d.train.step_ms, "shares": {k: round(v, 4) for k, v in d.train.shares().items() if v > 0},
             "rate_source": d.rate_source, "top": d.top().technique if d.top() else None,
             "top1_hit": top1_hit(rows), "rows": rows, "skipped": d.skipped,
-            "median_abs_error": card["median_abs_error"], "wall_s": time.perf_counter() - t0}
+            "median_abs_error": card["median_abs_error"], "wall_s": time.perf_counter() - t0,
+            "contention": busy.to_dict() if busy else None}
 
 
 def parse() -> argparse.Namespace:
@@ -165,6 +178,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--merge", metavar="PATH", help="pool with the cases of this earlier doctor JSON")
     p.add_argument("--rescore", metavar="PATH", help="measure nothing: recompute this doctor JSON's figures "
                                                     "(written back to --json when given)")
+    p.add_argument("--cross", metavar="A.json,B.json", help="measure nothing: score each JSON's prescription (its "
+                   "rows' order and prescribed flags) on each JSON's measurements, case by case (two rules on the same "
+                   "measurements: what changed the scores, the rule or the noise)")
     p.add_argument("--recalibrate", action="store_true", help="with --rescore: widen each stored interval by the "
                                                               "other cases' residuals first (leave one case out)")
     return p.parse_args()
@@ -172,6 +188,9 @@ def parse() -> argparse.Namespace:
 
 def main() -> None:
     args = parse()
+    if args.cross:
+        cross_score(*args.cross.split(","))
+        return
     if args.rescore:
         rescore(args.rescore, args.json, recalibrate=args.recalibrate)
         return
@@ -189,6 +208,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, ResultStore(Path(tmp) / "doctor.sqlite") as store:
         register_gallery()
         register_unseen()
+        register_pasted()
         for workload, size, *rung in todo:
             c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
                          max_steps=None if args.quick else MAX_STEPS, calibration=cal,
@@ -199,8 +219,10 @@ def main() -> None:
                 Path(args.json + ".partial").write_text(json.dumps({"cases": done}, indent=2, default=str))
             where = f"{workload}/{size}" + (f"/{rung[0]}" if rung else "")
             err = c["median_abs_error"]
+            load = c["contention"] or {}
             print(f"{where} [{c['set']}] ({c['params']:,} params): top {c['top']} hit={c['top1_hit']} median "
-                  f"|error| {'n/a' if err is None else round(100 * err)} % ({c['wall_s']:.0f} s)")
+                  f"|error| {'n/a' if err is None else round(100 * err)} % ({c['wall_s']:.0f} s; other processes "
+                  f"{load.get('others_cores', float('nan')):.2f} cores, load {load.get('load1', float('nan')):.1f})")
             for r in c["rows"]:
                 m = "n/a" if r["measured"] is None else f"{r['measured']:.2f}"
                 print(f"    {r['technique']:<17} predicted {r['predicted']:.2f} [{r['predicted_lo']:.2f}, "
@@ -293,6 +315,27 @@ def recalibrated_cases(data_cases: list[dict]) -> list[dict]:
                          "predicted_hi": max(hi, s * math.exp(w))})
         out.append({**c, "rows": rows})
     return out
+
+
+def cross_score(*paths: str) -> None:
+    """Print the scorecard headline of every (prescription of JSON i, measurements of JSON j) over the cases both
+    hold: the rows in JSON i's order with its ``prescribed`` flags (none before prescriptions existed: the first row
+    is the pick), their measured speedups, intervals and A/A read from JSON j by technique."""
+    data = {p: {case_key(c): c for c in json.loads(Path(p).read_text())["cases"]} for p in paths}
+    keys = [k for k in data[paths[0]] if all(k in d for d in data.values())]
+    cols = ("measured", "measured_lo", "measured_hi", "aa_measured")
+    for rule in paths:
+        for meas in paths:
+            cases = []
+            for k in keys:
+                got = {r["technique"]: r for r in data[meas][k]["rows"]}
+                cases.append({"rows": [{**r, **{c: got.get(r["technique"], {}).get(c) for c in cols}}
+                                       for r in data[rule][k]["rows"] if r["technique"] in got]})
+            s = scorecard(cases)
+            print(f"prescription of {rule} on the measurements of {meas}: top-1 {s['top1_hits']}/{s['top1_n']}, regret "
+                  f"mean {100 * s['regret_mean']:.0f} % / worst {100 * s['regret_worst']:.0f} %, pick slower than the "
+                  f"baseline {s['slower']}/{s['top1_n']} ({s['slower_beyond_noise']} beyond the A/A noise), nothing "
+                  f"prescribed {s['nothing_prescribed']}")
 
 
 def rescore(path: str, out: str | None, *, recalibrate: bool = False) -> None:

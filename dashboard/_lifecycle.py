@@ -29,6 +29,11 @@ from lab.ablation.worker import start as start_worker
 REFRESH_S = 1.0
 
 
+#: The key prefix of the Doctor tab's verification (an interleaved ablation it runs in the script): stored as an
+#: ablation, shown on the Doctor tab, never re-attached as the Ablation tab's "last ablation" after a reload.
+VERIFY_PREFIX = "doctor@"
+
+
 @dataclass(frozen=True)
 class Lane:
     """One page's kind of job: the jobs it re-attaches to, the session keys that remember which one it
@@ -74,7 +79,7 @@ def attached_job(store: ResultStore, lane: Lane = ABLATION) -> dict[str, Any] | 
         st.session_state[lane.note] = (f"Re-attached to the {lane.noun} that is running (started before this "
                                        "page loaded).")
         return live[0]
-    last = jobs.latest_job(store, lane.kind)
+    last = next((j for j in jobs.recent_jobs(store, lane.kind) if not j["key"].startswith(VERIFY_PREFIX)), None)
     if last is not None and last["spec"] is not None:  # a reload after the end shows the last results again
         st.session_state[lane.key] = last["key"]
         st.session_state[lane.note] = (f"Showing the last {lane.noun} run from this dashboard (`{last['key']}`, "

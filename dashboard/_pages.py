@@ -1,7 +1,8 @@
 """Every tab of the dashboard is a page: a ``dashboard/page_*.py`` defining ``TITLE: str`` and ``render()
 -> None`` (and, optionally, a short ``TAB`` label for the tab row; ``TITLE`` otherwise), the built-in ones
-(:data:`ORDER`, in that order: the Ablation tab first) as much as the others (then sorted by file name), plus
-those in the folders of ``LAB_DASHBOARD_PAGES`` (``os.pathsep``-separated), last; one tab each.
+(:data:`ORDER`, in that order: the Ablation tab first, grouped by what a person asks) as much as the others
+(then sorted by file name), plus those in the folders of ``LAB_DASHBOARD_PAGES`` (``os.pathsep``-separated),
+last; one tab each.
 
 Why discovery: each family's page is written (and tested) on its own, and the app gains its tab without an
 edit here. A page that fails to import, lacks ``TITLE`` / ``render``, or raises while it draws, becomes a
@@ -25,8 +26,12 @@ from pathlib import Path
 import streamlit as st
 
 HERE = Path(__file__).resolve().parent
-#: The built-in tabs, first and in this order (file stems in :data:`HERE`); any other page follows by name.
-ORDER = ("page_ablation", "page_stored_runs", "page_scaling_model", "page_data_loading", "page_performance_report")
+#: The built-in tabs, first and in this order (file stems in :data:`HERE`), grouped by what a person asks: what
+#: should I use (the ablation, the doctor, where it pays by model size), where does the time go (loading, loader
+#: workers vs threads), how does it scale (the full run, the scaling model), this machine, stored runs and the
+#: report. The Doctor tab was seventh of ten; any other page follows by name.
+ORDER = ("page_ablation", "page_doctor", "page_scale", "page_data_loading", "page_data_threads", "page_project",
+         "page_scaling_model", "page_machine", "page_stored_runs", "page_performance_report")
 
 
 @dataclass

@@ -46,6 +46,25 @@ class Choices:
         return bool(self.job and self.job["live"])
 
 
+def _first_sentence(doc: str) -> str:
+    """A recipe's docstring up to its first full stop, on one line (its first line stopped mid-sentence)."""
+    text = " ".join(doc.split()).replace("``", "")
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+def _follow_job(job: dict[str, Any] | None, workload_names: list[str]) -> None:
+    """A new session (a reload, a second tab) that re-attaches to a job opens its sidebar on that job's workload
+    and size, so the sidebar says what the page shows (it said ctr over a sequence ablation). A session that has
+    its own choices keeps them."""
+    base = (job or {}).get("spec") or {}
+    base = base.get("baseline") or {} if isinstance(base, dict) else {}
+    if "workload" not in st.session_state and base.get("workload") in workload_names:
+        st.session_state["workload"] = base["workload"]
+    if "size" not in st.session_state and base.get("size") in SIZES:
+        st.session_state["size"] = base["size"]
+
+
 def draw() -> Choices:
     """The sidebar's widgets; their choices for this rerun (remembered for :func:`current`)."""
     store = _shared.store()
@@ -70,14 +89,16 @@ def draw() -> Choices:
         except ValueError as exc:  # a broken LAB_WORKLOADS entry: say so, keep the built-ins usable
             st.error(str(exc))
             workload_names = ["ctr", "sequence", "vision"]
+    _follow_job(job, workload_names)
     with arms_box:
         workload = st.selectbox("Workload", workload_names, key="workload")
-        size = st.selectbox("Size", SIZES, index=SIZES.index("tiny"), key="size",
+        size = st.selectbox("Size", SIZES, key="size", **({} if "size" in st.session_state else {"index": SIZES.index(
+                            "tiny")}),
                             help="tiny: seconds per run; small: under a minute per run on 2 CPU cores; full: a GPU")
         mode = st.radio("Arms", ["recipe", "techniques"], key="mode", horizontal=True)
         if mode == "recipe":
             recipe = st.selectbox("Recipe", list(RECIPES), key="recipe")
-            st.caption((RECIPES[recipe].__doc__ or "").strip().splitlines()[0])
+            st.caption(_first_sentence(RECIPES[recipe].__doc__ or ""))
             techniques: list[str] = []
             as_factorial = False
         else:

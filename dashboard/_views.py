@@ -75,8 +75,10 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
     said = record.verdict(budget_pt, speed=speed)
     (st.success if said["winner"] else st.warning)(f"Verdict on {speed_name}: {said['text']}")
     e2e = seeds_way(df, measured_arms(runs_by_arm or {}), said["winner"])  # the user's unit (a whole run) first
-    if e2e:
+    if e2e and said["winner"]:
         st.markdown(f"**End to end** (training + evaluations + one-off costs, measured): {e2e}")
+    elif e2e:  # the fastest arm, said as what it is: a figure, not a recommendation (it lost to noise or a busy box)
+        st.markdown(f"**End to end, the fastest arm** (measured; not a verdict: see the verdict above): {e2e}")
     st.caption("An arm competes only on the axes its techniques can change (post-training int8 and pruning: "
                "inference and size; precision, loaders, compile: training); the A/A arm reruns the baseline "
                "and shows the noise floor. Hover a point or a bar for its interval and why.")

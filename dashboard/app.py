@@ -10,19 +10,23 @@ the least accuracy, with 95 % CIs. The app stays thin: choices come from ``lab.r
 ``lab.ablation``, figures and readable tables from ``lab.plots``.
 
 Default: recipe ``stacked`` on ``ctr`` at size ``tiny``, 3 repeats (the smallest design with an interval):
-9 arms (with the A/A arm) x 3 = 27 runs, about three minutes on 2 shared CPU cores (105-257 s measured by
-tests/e2e/test_browser.py on a busy machine); 1 repeat is a labelled preview that crowns nothing; ``small`` with
-3 repeats and 2 seeds is the meaningful one (tens of minutes on 2 cores).
+10 arms on ctr (with the A/A arm and ctr's fast kernels) x 3 = 30 runs, about three minutes on 2 shared CPU
+cores (105-257 s measured by tests/e2e/test_browser.py on a busy machine, before the fast-kernels arm); 1 repeat
+is a labelled preview that crowns nothing; ``small`` with 3 repeats and 2 seeds is the meaningful one (tens of
+minutes on 2 cores).
 
-This file only draws the sidebar (``_sidebar``) and one tab per page module: every tab, the built-in ones too,
-is a ``dashboard/page_*.py`` with ``TITLE`` and ``render()``, a short ``TAB`` label optional (``_pages``: the
-ablation, stored runs, the scaling model, data loading and the performance report first, then the others by file
-name, then those in ``LAB_DASHBOARD_PAGES``). Long work runs in the background worker (``_lifecycle``), never in
+This file only draws the sidebar (``_sidebar``), the recommendation card above the tabs (``_card``: the one answer
+for the sidebar's workload and size, measured first, predicted next, ending in a plain-PyTorch file) and one tab
+per page module: every tab, the built-in ones too, is a ``dashboard/page_*.py`` with ``TITLE`` and ``render()``, a
+short ``TAB`` label optional (``_pages``: the built-in ones first, grouped by what a person asks - what should I
+use, where does the time go, how does it scale, this machine, stored runs - then the others by file name, then
+those in ``LAB_DASHBOARD_PAGES``). Long work runs in the background worker (``_lifecycle``), never in
 this script; every page shares one store handle (``_shared.store()``, ``st.cache_resource``).
 """
 
 from __future__ import annotations
 
+import _card
 import _pages  # next to this file (Streamlit puts the script's folder on sys.path): dashboard/page_*.py
 import _sidebar
 import streamlit as st
@@ -30,8 +34,9 @@ import streamlit as st
 st.set_page_config(page_title="Training-efficiency lab", layout="wide")
 st.title("Training-efficiency lab")
 st.caption("Which combination of techniques buys the most speed for the least accuracy, on *this* machine?")
-_sidebar.draw()
+choices = _sidebar.draw()
 try:
+    _card.draw(choices)  # the one answer, above every tab (lab.doctor.recommendation)
     PAGES = _pages.discover()
     for page, tab in zip(PAGES, st.tabs([p.tab for p in PAGES]), strict=True):
         with tab:

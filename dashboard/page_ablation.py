@@ -47,6 +47,14 @@ def _start(c: _sidebar.Choices) -> None:
     st.rerun()  # redraw with Run disabled and the progress of the job just started (or joined)
 
 
+def _default_runs(c: _sidebar.Choices) -> int:
+    """Runs of the default ablation (the ``stacked`` recipe, its A/A arm included, 3 repeats) on this workload."""
+    try:
+        return 3 * len(RECIPES["stacked"](RunConfig(workload=c.workload, size="tiny")).arms)
+    except ValueError:
+        return 30
+
+
 def render() -> None:
     c = _sidebar.current()
     job = c.job
@@ -55,9 +63,9 @@ def render() -> None:
     if st.session_state.get("job_note"):
         st.info(st.session_state["job_note"])
     if job is None:
-        st.info("Pick a workload and a recipe, then press **Run ablation**. The default (stacked, tiny, "
-                "3 repeats, 27 runs) takes about three minutes on 2 shared CPU cores; add a second seed for the "
-                "accuracy noise band.")
+        st.info(f"Pick a workload and a recipe, then press **Run ablation**. The default (stacked, tiny, 3 repeats, "
+                f"{_default_runs(c)} runs on {c.workload}) takes a few minutes on 2 shared CPU cores; add a second "
+                "seed for the accuracy noise band.")
         return
     if c.running:
         workload = (job.get("spec") or {}).get("baseline", {}).get("workload") or c.workload

@@ -18,7 +18,7 @@ from lab import RunConfig
 from lab.ablation import jobs
 from lab.ablation.worker import batch_results, batch_spec
 from lab.config import DataConfig
-from lab.plots.data import phase_bars, wait_timeline
+from lab.plots.data import loader_row, phase_bars, wait_timeline
 from lab.registry import LOADERS, STORAGES
 
 TITLE = "Data loading"
@@ -43,9 +43,9 @@ def _show(job: dict) -> None:
     samples, rows = {}, []
     for name, res in results.items():
         if res.status == "ok":
-            samples[name] = res.step_times_ms
-            rows.append({"loader": name, "data wait": f"{100 * res.data_wait_fraction:.1f} %",
-                         "samples/s": round(res.throughput_samples_per_s or 0.0)})
+            # the measured steps (warm-up left out), the same samples for the table and both charts
+            samples[name] = {phase: res.measured_ms(phase) for phase in res.step_times_ms}
+            rows.append(loader_row(name, res))
         else:
             st.error(f"{name}: {res.error}")
     if samples:
@@ -55,7 +55,9 @@ def _show(job: dict) -> None:
                    f"measured on `{hw}`: {len(samples)} loader(s) (`{job['key']}`).")
         _shared.dataframe(rows, key="dl_table")
         d1, d2 = st.columns(2)
-        d1.plotly_chart(phase_bars(samples), key="dl_phases")
+        st.caption("The median step is what a typical step pays; the share of all measured time also counts the "
+                   "few long stalls (a prefetcher's empty buffer, a slow read), which a median leaves out.")
+        d1.plotly_chart(phase_bars(samples, skip=0), key="dl_phases")
         d2.plotly_chart(wait_timeline(samples), key="dl_timeline")
 
 

@@ -8,6 +8,7 @@ of the page (any widget change) shows it again without profiling again.
 
 from __future__ import annotations
 
+import _card
 import _lifecycle
 import _shared
 import pandas as pd
@@ -16,6 +17,8 @@ import streamlit as st
 from lab import RunConfig
 from lab.config import SIZES
 from lab.doctor import diagnose, format_verification, verify
+from lab.doctor.risk import NOTHING_PAYS
+from lab.doctor.stored import save_diagnosis
 from lab.plots.doctor import op_class_bars, predicted_vs_measured, prescription_bars
 from lab.registry import OPTIONS
 
@@ -24,7 +27,9 @@ TITLE = "Doctor"
 
 def _diagnosis_table(d) -> pd.DataFrame:  # noqa: ANN001 - a lab.doctor.Diagnosis
     return pd.DataFrame([{"rank": i + 1, "technique": p.technique, "axis": p.axis, "predicted": round(p.speedup, 3),
-                          "lo": round(p.lo, 3), "hi": round(p.hi, 3), "reason": p.reason}
+                          "lo": round(p.lo, 3), "hi": round(p.hi, 3),
+                          "over the run": None if p.run_speedup is None else round(p.run_speedup, 3),
+                          "prescribed": p.prescribed, "reason": p.reason}
                          for i, p in enumerate(d.predictions)])
 
 
@@ -48,7 +53,9 @@ def render() -> None:
             cfg = RunConfig(workload=workload, size=size, threads=int(threads))
             with st.spinner("profiling a baseline and calibrating this machine's rates ..."):
                 st.session_state["doctor_diagnosis"] = diagnose(cfg, techniques=techs)
+            save_diagnosis(_shared.store(), st.session_state["doctor_diagnosis"])  # the card reads it after a reload
             st.session_state.pop("doctor_rows", None)
+            st.rerun()  # the card above the tabs reads the new diagnosis: draw it again
         except ValueError as exc:
             st.error(str(exc))
     d = st.session_state.get("doctor_diagnosis")
@@ -56,11 +63,19 @@ def render() -> None:
         st.info("Press **Profile and predict**: a short profiled run of the baseline, then one prediction per "
                 "technique.")
         return
+    card = _card.current()
+    if card is not None and (card.workload, card.size) == (d.cfg.workload, d.cfg.size):
+        st.info(f"The card above reads this diagnosis with the stored ablation: {card.headline()}")
+    else:
+        st.caption(f"The card above reads this diagnosis when the sidebar shows {d.cfg.workload} at size "
+                   f"{d.cfg.size}.")
     bars = {"training step": d.train.to_dict()} | ({"inference": d.infer.to_dict()} if d.infer else {})
     st.plotly_chart(op_class_bars(bars), key="doctor_breakdown")
     st.caption(f"rates: {d.rate_source}; " + "; ".join(d.advice))
     st.plotly_chart(prescription_bars(d.predictions), key="doctor_prescription")
     _shared.dataframe(_diagnosis_table(d), key="doctor_table", hide_index=True)
+    if d.top() is None:  # no training pick's run interval clears 1 beyond the A/A noise (lab.doctor.risk)
+        st.caption(f"training step: {NOTHING_PAYS}")
     if d.skipped:
         st.caption("not predicted: " + "; ".join(f"{k} ({v})" for k, v in d.skipped.items()))
     k = st.number_input("verify the top K", min_value=1, max_value=max(1, len(d.predictions)), value=min(3, len(
@@ -69,8 +84,8 @@ def render() -> None:
     if st.button("Verify", key="doctor_verify"):
         # runs here, not in the worker: lab.doctor sits above lab.ablation (the worker) in the layers, so the
         # worker cannot call verify(); its ablation's job row in the store still says where it stands
-        show = _lifecycle.inline_progress(_shared.store(), "doctor@", "interleaved ablation of the baseline and "
-                                          "the top predictions")
+        show = _lifecycle.inline_progress(_shared.store(), _lifecycle.VERIFY_PREFIX, "interleaved ablation of the "
+                                          "baseline and the top predictions")
         st.session_state["doctor_rows"] = verify(d, int(k), repeats=int(repeats), store=_shared.store(),
                                                  progress=show)
     rows = st.session_state.get("doctor_rows")

@@ -12,8 +12,9 @@ import _shared
 import pandas as pd
 import streamlit as st
 
-from lab.ablation import from_spec, jobs, load_stored, stored_ablations, summarize
+from lab.ablation import from_spec, jobs, load_stored, stored_ablations, summarize, verdict
 from lab.ablation.project import format_projection, project_arms, projection_rows, seeds_way
+from lab.plots.projection import full_run_bars, projection_table
 
 TITLE = "Full run"
 
@@ -48,15 +49,16 @@ def render() -> None:
     except ValueError as exc:  # runs stored by another tool or an older lab: not a failure of this page
         st.info(f"This ablation cannot be projected: {exc}")
         return
-    headline = seeds_way(table, projected)
-    if headline:
+    said = verdict(table)
+    headline = seeds_way(table, projected, said["winner"])
+    if headline and said["winner"]:
         st.success(headline)
+    elif headline:  # the fastest arm is a figure, not a recommendation: the verdict says why none won
+        st.info(f"The fastest arm, not a verdict ({said['text']}): {headline}")
     data, unit = projection_rows(projected, table)
     frame = pd.DataFrame(data)
-    st.subheader(f"Full run per arm ({unit})")
-    parts = [f"training steps ({unit})", f"evaluations ({unit})", f"one-off costs ({unit})"]
-    st.bar_chart(frame.set_index("arm")[parts], y_label=unit, stack=True)
-    _shared.dataframe(frame.round(4), key="project_table", hide_index=True)
+    st.plotly_chart(full_run_bars(data, unit), key="project_bars")
+    _shared.dataframe(projection_table(data, unit), key="project_table", hide_index=True)
     if frame["peak memory (MB)"].notna().any():
         st.subheader("Peak memory per arm (MB)")
         st.bar_chart(frame.set_index("arm")[["peak memory (MB)"]], y_label="MB")

@@ -23,7 +23,7 @@ import streamlit as st
 from lab.crossover import build_map, load_map, load_study, place, place_workload
 from lab.crossover.versus import applies
 from lab.measure import environment_stamp, other_machine_note
-from lab.plots.scale import crossover_figure, reference_figure, regime_figure
+from lab.plots.scale import crossover_figure, crossover_table, placement_table, reference_figure, regime_figure
 from lab.plots.scale_threads import technique_threads_figure, thread_scaling_figure, workers_ladder_figure
 from lab.workloads import list_workloads
 
@@ -198,12 +198,12 @@ def _render_map() -> dict[str, Any] | None:
         st.markdown(f"**{placed['params']:,} parameters, {placed['macs_per_sample'] / 1e6:.3g} MMACs per sample**, "
                     f"read against the `{placed['family']}` ladder (nearest rung `{placed['nearest_rung']}`): "
                     + (("predicted to pay: " + ", ".join(pays)) if pays else "no technique is predicted to pay here."))
-        _shared.dataframe([{k: p[k] for k in ("technique", "axis", "predicted_speedup", "pays", "loo_error")}
-                      for p in placed["predictions"]], key="scale_predictions")
+        _shared.dataframe(placement_table(placed["predictions"]), key="scale_predictions")
         st.caption(placed["note"])
     st.plotly_chart(crossover_figure(the_map, workload, axis, x=x, user_x=user_x), key="scale_chart")
     st.subheader("Crossovers")
-    _shared.dataframe([c for c in the_map["crossovers"] if c["workload"] == workload], key="scale_crossovers")
+    _shared.dataframe(crossover_table([c for c in the_map["crossovers"] if c["workload"] == workload]),
+                      key="scale_crossovers")
     with st.expander("Regimes: why small models lose", expanded=False):
         st.plotly_chart(regime_figure(the_map, axis), key="scale_regimes")
     return the_map

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import _shared
+import _sidebar
 import streamlit as st
 
-from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project_band, trust
+from lab.distributed.scaling import LINK_PRESETS, powers_of_two, project_band, step_of_stored_run, trust
 from lab.plots.distributed import scaling_curves
 from lab.plots.report import load_reports
 
@@ -28,9 +29,19 @@ def render() -> None:
     st.markdown("How far does data parallelism scale? The α-β ring all-reduce model (`lab.distributed.scaling`) "
                 "projects one worker's step onto *p* workers for each link. Calibrate α and β on this machine "
                 "in notebook 05 or `benchmarks/distributed.py`.")
+    c = _sidebar.current()
+    stored = step_of_stored_run(_shared.store(), c.workload, c.size)
+    if stored:
+        st.caption(f"Defaults from the sidebar's workload: {stored['said']}.")
+    else:
+        st.caption(f"No stored single-process fp32 run of {c.workload} at size {c.size}: generic defaults (run it "
+                   "once, e.g. the Ablation tab's baseline, and this page starts from its step and its gradient).")
     sc1, sc2, sc3 = st.columns(3)
-    compute_ms = sc1.number_input("Compute per step, one worker (ms)", 0.1, 100_000.0, 100.0, key="sc_compute")
-    grad_mb = sc2.number_input("Gradient size (MB, fp32 params × 4)", 0.01, 100_000.0, 100.0, key="sc_grad")
+    at = f"{c.workload}_{c.size}"  # per workload and size: another sidebar choice starts from its own run
+    compute_ms = sc1.number_input("Compute per step, one worker (ms)", 0.001, 100_000.0,
+                                  float(stored["compute_ms"]) if stored else 100.0, key=f"sc_compute_{at}")
+    grad_mb = sc2.number_input("Gradient size (MB, fp32 params × 4)", 0.0001, 100_000.0,
+                               float(stored["grad_mb"]) if stored else 100.0, key=f"sc_grad_{at}", format="%.4g")
     overlap = sc3.slider("Backward that hides comm", 0.0, 1.0, 0.5, 0.05, key="sc_overlap")
     links = st.multiselect("Links", list(LINK_PRESETS), default=["10GbE", "100GbE", "NVLink"], key="sc_links")
     max_p = st.select_slider("Up to workers", options=[8, 64, 256, 1024], value=256, key="sc_maxp")

@@ -107,7 +107,8 @@ def describe_step(plan: FitPlan, optimizer: torch.optim.Optimizer) -> dict[str, 
     policy = plan.policy
     return {"optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
             "precision": getattr(policy, "dtype", "fp32") if policy is not None else "fp32",
-            "compiled": plan.forward is not None, "ddp": plan.ddp is not None, "loader": type(plan.loader).__name__}
+            "compiled": plan.forward is not None, "ddp": plan.ddp is not None, "loader": type(plan.loader).__name__,
+            "micro_batches": plan.micro_batches}
 
 
 # -------------------------------------------------------------------------------------------- context
@@ -189,7 +190,8 @@ class TrainContext:
         stats = fit(model, optimizer, plan.loader, self.workload, self.device, epochs=epochs, max_steps=max_steps,
                     step_hooks=step_hooks, progress=None if probe else self.progress, phase=phase,
                     policy=plan.policy, ddp=plan.ddp, forward=plan.forward, checkpoint=plan.checkpoint,
-                    evaluate=self._metric_of(model) if every else None, eval_every=every)
+                    evaluate=self._metric_of(model) if every else None, eval_every=every,
+                    micro_batches=plan.micro_batches)
         for done in plan.finished:
             done(stats)
         if not probe:

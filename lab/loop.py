@@ -165,15 +165,30 @@ def _unmarked(phase: str) -> None:
     """No phase timer: a step timed as a whole (the crossover map's arms)."""
 
 
+def split_rows(batch: tuple[torch.Tensor, ...], parts: int) -> list[tuple[torch.Tensor, ...]]:
+    """``batch`` cut along its first dimension (rows) into ``parts`` micro-batches as even as they go (views, no
+    copy); fewer when the batch has fewer rows than ``parts`` (no empty micro-batch)."""
+    if parts <= 1:
+        return [batch]
+    pieces = [torch.tensor_split(t, parts) for t in batch]
+    return [tuple(p[i] for p in pieces) for i in range(parts) if len(pieces[-1][i])]
+
+
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
                batches: Iterator[tuple[torch.Tensor, ...]], device: torch.device, *,
                policy: StepPolicy | None = None, forward: Callable[..., torch.Tensor] | None = None,
-               ddp: DDPStep | None = None, accum: int = 1, mark: Callable[[str], None] = _unmarked,
-               comm_ms: list[float] | None = None) -> torch.Tensor | None:
-    """One optimizer step: ``accum`` micro-batches from ``batches`` (each moved to ``device``), forward + loss in
-    the policy's autocast, the policy's backward (all but the last micro-batch under DDP's ``no_sync``), the
-    policy's optimizer step, gradients cleared. Returns the step's loss (the mean over its micro-batches), or
-    ``None`` when ``batches`` ran out inside the accumulation (the partial step is dropped, gradients cleared).
+               ddp: DDPStep | None = None, accum: int = 1, micro_batches: int = 1,
+               mark: Callable[[str], None] = _unmarked, comm_ms: list[float] | None = None) -> torch.Tensor | None:
+    """One optimizer step: ``accum`` batches from ``batches`` (each moved to ``device``), forward + loss in
+    the policy's autocast, the policy's backward (all but the last under DDP's ``no_sync``), the policy's
+    optimizer step, gradients cleared. Returns the step's loss (the mean over its batches), or ``None`` when
+    ``batches`` ran out inside the accumulation (the partial step is dropped, gradients cleared).
+
+    ``micro_batches`` > 1 (the memory family's accumulation, ``memory.micro_batches``) cuts each batch into that
+    many micro-batches of its rows, each run forward and backward on its own, its loss weighted by its share of
+    the batch's rows: the gradient is the whole batch's (for a loss that is a mean over rows, up to float
+    rounding; a layer that reads the batch, BatchNorm, sees the micro-batch) while the activations alive at
+    once are one micro-batch's. ``accum`` > 1 (``ddp.grad_accum_steps``) adds batches instead: a larger step.
 
     The one step of the lab: :func:`fit` runs it with its phase timer's ``mark`` (data wait, forward, backward,
     optimizer) and DDP's comm figures (``comm_ms``); the crossover map times it whole on a fixed batch
@@ -187,20 +202,28 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Call
             break
         batch = to_device(batch, device)
         mark("data_wait")
-        sync_ctx = ddp.no_sync(model) if ddp is not None and micro < accum - 1 else contextlib.nullcontext()
-        with sync_ctx:
-            with policy.autocast():  # forward + loss only; backward and step outside (seed-004 bug)
-                out = forward(*batch[:-1])
-                loss = loss_fn(out, batch[-1])
-            mark("forward")
-            policy.backward(loss / accum if accum > 1 else loss)
-            mark("backward")
-        micro_losses.append(loss)
+        parts = split_rows(batch, micro_batches)
+        rows = len(batch[-1])
+        part_losses = []
+        for i, part in enumerate(parts):
+            last = micro == accum - 1 and i == len(parts) - 1
+            sync_ctx = ddp.no_sync(model) if ddp is not None and not last else contextlib.nullcontext()
+            with sync_ctx:
+                with policy.autocast():  # forward + loss only; backward and step outside (seed-004 bug)
+                    out = forward(*part[:-1])
+                    loss = loss_fn(out, part[-1])
+                mark("forward")
+                if len(parts) > 1:
+                    policy.backward(loss * (len(part[-1]) / rows / accum))
+                else:
+                    policy.backward(loss / accum if accum > 1 else loss)
+                mark("backward")
+            part_losses.append(loss if len(parts) == 1 else loss.detach() * (len(part[-1]) / rows))
+        micro_losses.append(part_losses[0] if len(parts) == 1 else torch.stack(part_losses).sum())
     if len(micro_losses) < accum:
         optimizer.zero_grad(set_to_none=True)
         return None
-    if accum > 1:
-        loss = torch.stack([m.detach() for m in micro_losses]).mean()
+    loss = micro_losses[0] if accum == 1 else torch.stack([m.detach() for m in micro_losses]).mean()
     if ddp is not None and ddp.recorder is not None and comm_ms is not None:
         comm_ms.append(ddp.recorder.end_step())
     policy.step(optimizer)
@@ -214,7 +237,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
         progress: ProgressFn | None = None, phase: str = "train", policy: StepPolicy | None = None,
         ddp: DDPStep | None = None, forward: Callable[..., torch.Tensor] | None = None,
         checkpoint: Checkpointer | None = None, evaluate: EvalFn | None = None,
-        eval_every: int | None = None) -> FitStats:
+        eval_every: int | None = None, micro_batches: int = 1) -> FitStats:
     """The instrumented loop. Per step: data wait (incl. the copy to the device) | forward + loss |
     backward | optimizer | comm (DDP). ``step_hooks(step, model)`` run after each optimizer step, outside
     the timed phases. A non-finite loss stops training with an error naming the step: a diverged run must
@@ -226,7 +249,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
     and DDP still see ``model``. ``checkpoint`` restores a resumed run's state and position before the first
     step and is offered every step to save one. ``evaluate`` runs every ``eval_every`` steps and after the
     last one, outside the timed phases; its time and the checkpoint writes' are recorded apart (``eval_s``,
-    ``checkpoint_s``) and left out of ``time_s``."""
+    ``checkpoint_s``) and left out of ``time_s``. ``micro_batches``: each batch runs as that many micro-batches,
+    gradients accumulated (:func:`train_step`: the same step, fewer activations alive at once)."""
     policy = PLAIN if policy is None else policy
     forward = model if forward is None else forward
     accum = ddp.grad_accum_steps if ddp is not None else 1
@@ -260,7 +284,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loader: Loader, wl: 
                 raise_if_interrupted()
                 timer.start_step()
                 loss = train_step(model, optimizer, wl.loss, batches, device, policy=policy, forward=forward,
-                                  ddp=ddp, accum=accum, mark=timer.mark, comm_ms=comm_ms)
+                                  ddp=ddp, accum=accum, micro_batches=micro_batches, mark=timer.mark,
+                                  comm_ms=comm_ms)
                 if loss is None:  # epoch ended inside an accumulation: the partial step was dropped
                     break
                 timer.end_step()

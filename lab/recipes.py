@@ -157,13 +157,28 @@ def payable(name: str, base: RunConfig, arms: Iterable[Sequence[str]], *, includ
 
 
 def stacked(base: RunConfig, *, include_emulated: bool = False, caps: Any = None) -> Ablation:
-    """The seeds' combined recipes: AMP + pruning, loader workers + AMP, pruning + int8, each alone too.
+    """The interviews' combined recipes: AMP + pruning, loader workers + AMP, pruning + int8, each alone too, and
+    the workload's fast kernels where it has them. Those because the doctor prescribes them, so the default
+    ablation that the recommendation card reads must measure them: a card cannot recommend what it cannot see.
     The dashboard's default, so its int8 is the eager torch.ao flow: every PT2E arm compiles four graphs (about
     a minute per run on 2 cores), which would make the default take ten minutes; the ``quantization`` recipe
-    compares the flows. bf16 arms are skipped where bf16 is emulated (:func:`payable`)."""
-    return payable("stacked", base, [["bf16"], ["prune50"], ["int8_eager"], ["workers2"], ["bf16", "prune50"],
-                                     ["workers2", "bf16"], ["prune50", "int8_eager"]],
-                   include_emulated=include_emulated, caps=caps)
+    compares the flows, and ``compile`` (tens of seconds of compile per run) is the doctor's to verify. bf16 arms
+    are skipped where bf16 is emulated (:func:`payable`)."""
+    arms = [["bf16"], ["prune50"], ["int8_eager"], ["workers2"], ["bf16", "prune50"], ["workers2", "bf16"],
+            ["prune50", "int8_eager"]]
+    if _has_fast_kernels(base.workload):
+        arms.insert(4, ["fast_kernels"])
+    return payable("stacked", base, arms, include_emulated=include_emulated, caps=caps)
+
+
+def _has_fast_kernels(workload: str) -> bool:
+    """The workload offers a faster implementation of its own model (``Workload.fast_kernels``)."""
+    from lab.workloads import get_workload
+
+    try:
+        return get_workload(workload).fast_kernels is not None
+    except ValueError:  # an unknown workload: the ablation's own check names it
+        return False
 
 
 #: The top-rung stack: what pays on a large model. Training: fused Adam with ``auto`` precision (it
@@ -182,9 +197,10 @@ TOP_PRUNE_FINETUNE_EPOCHS = 3
 
 def top_stack(base: RunConfig, *, include_emulated: bool = False, caps: Any = None,
               prune_finetune_epochs: int = TOP_PRUNE_FINETUNE_EPOCHS) -> Ablation:
-    """The training half (fused Adam + ``auto``; fused Adam + bf16), channel pruning alone and the deployable
-    whole (fused Adam + channels 50 % + static int8), each against the plain fp32 baseline (one int8 arm: a
-    PT2E conversion compiles four graphs, about a minute per run on 2 cores). Training time is end to end:
+    """The top-rung stack: the training half, channel pruning alone and the deployable whole, each against the
+    plain fp32 baseline. The training half is fused Adam + ``auto`` (and fused Adam + bf16); the deployable whole
+    is fused Adam + channels 50 % + static int8 (one int8 arm: a PT2E conversion compiles four graphs, about a
+    minute per run on 2 cores). Training time is end to end:
     the ``auto`` probe and the pruning fine-tune (``prune_finetune_epochs``, :data:`TOP_PRUNE_FINETUNE_EPOCHS`)
     count; inference is the final model's latency. bf16 arms are skipped where bf16 is emulated
     (:func:`payable`)."""

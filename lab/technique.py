@@ -77,6 +77,8 @@ class FitPlan:
     policy: StepPolicy | None = None
     forward: Callable[..., torch.Tensor] | None = None
     ddp: DDPStep | None = None
+    #: each batch run as this many micro-batches, gradients accumulated (the memory family's ``micro_batches``)
+    micro_batches: int = 1
     finished: list[Callable[[FitStats], None]] = field(default_factory=list)  # called with the stats
     checkpoint: Any = None  # lab.loop.Checkpointer: the data family's checkpoint / resume of the main fit
 

@@ -83,6 +83,7 @@ class TimedArm:
     batches: Callable[[], tuple[torch.Tensor, ...]] | None = None
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     own_baseline: TimedArm | None = None
+    micro_batches: int = 1  # each batch run as this many micro-batches, gradients accumulated (memory family)
     notes: list[str] = field(default_factory=list)  # what each family did to it, in order (the row's note)
 
     def derive(self, model: nn.Module, how: str) -> None:
@@ -112,7 +113,8 @@ def timed_train(bench: Bench, arm: TimedArm) -> Arm:
         iter(arm.batches, None)
 
     def step() -> None:
-        train_step(model, optimizer, wl.loss, feed, bench.device, policy=arm.policy, forward=arm.forward)
+        train_step(model, optimizer, wl.loss, feed, bench.device, policy=arm.policy, forward=arm.forward,
+                   micro_batches=arm.micro_batches)
 
     return step
 

@@ -114,6 +114,21 @@ def latest_job(store: ResultStore, kind: str | None = None) -> dict[str, Any] | 
     return rows[0] if rows else None
 
 
+def recent_jobs(store: ResultStore, kind: str | None = None) -> list[dict[str, Any]]:
+    """Every job (of ``kind``, unless None), the most recently started first, whatever its status."""
+    return [j for j in _select(store, "ORDER BY started DESC", ()) if kind in (None, j["kind"])]
+
+
+def latest_done(store: ResultStore, workload: str, size: str, kind: str = ABLATION) -> dict[str, Any] | None:
+    """The most recently started job of ``kind`` that ended ``done`` with a baseline of ``workload`` at ``size``
+    (what the recommendation card measures from), or None."""
+    for j in _select(store, "WHERE status = 'done' ORDER BY started DESC", ()):
+        base = (j["spec"] or {}).get("baseline") or {} if isinstance(j["spec"], dict) else {}
+        if j["kind"] == kind and base.get("workload") == workload and base.get("size") == size:
+            return j
+    return None
+
+
 def claim(store: ResultStore, key: str, spec: dict[str, Any] | None = None) -> str:
     """Take ``key``'s lock for this process and return its token; :class:`AlreadyRunning` when a live job
     holds it. Check and write are one ``BEGIN IMMEDIATE`` transaction, so two claims never both win."""
@@ -233,4 +248,5 @@ def holding(store: ResultStore, key: str, token: str | None = None,
 
 
 __all__ = ["ABLATION", "AlreadyRunning", "Cancelled", "Heartbeat", "LIVE", "STALE_S", "adopt", "beat", "claim",
-           "finish", "holding", "is_live", "job", "latest_job", "live_jobs", "request_cancel"]
+           "finish", "holding", "is_live", "job", "latest_done", "latest_job", "live_jobs", "recent_jobs",
+           "request_cancel"]

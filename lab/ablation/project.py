@@ -147,14 +147,24 @@ def _finite(x: Any) -> bool:
 
 
 def _accuracy(rec: Mapping[str, Any]) -> str:
-    """", accuracy -0.2 pt [-0.4, +0]" from an ablation row (empty without a figure)."""
+    """", AUC -0.2 pt [-0.4, +0]" from an ablation row (empty without a figure): the metric's own name, the change as
+    the metric moved (the stored loss is positive-is-worse; a lower-is-better metric's change is its loss), and a
+    change below 0.005 reads 0 (not "-2e-05")."""
     loss, lo, hi = rec.get("acc_loss_pt"), rec.get("acc_loss_lo"), rec.get("acc_loss_hi")
     if not _finite(loss):
         return ""
-    text = f", accuracy {0.0 - loss:+.2g} {rec.get('loss_unit') or 'pt'}"  # 0.0 - x: never "-0"
+    unit = rec.get("loss_unit") or "pt"
+    flip = -1.0 if unit in ("pt", "points") else 1.0
+    name = {"auc": "AUC"}.get(str(rec.get("metric_name") or ""), str(rec.get("metric_name") or "accuracy"))
+    text = f", {name} {_change(flip * loss)}{' pt' if flip < 0 else ''}"
     if _finite(lo) and _finite(hi) and hi > lo:
-        return text + f" [{0.0 - hi:+.2g}, {0.0 - lo:+.2g}]"
+        a, b = sorted((flip * lo, flip * hi))
+        return text + f" [{_change(a)}, {_change(b)}]"
     return text + " (one seed: no interval)" if _finite(lo) and _finite(hi) else text  # [x, x] would claim certainty
+
+
+def _change(x: float) -> str:
+    return "0" if abs(x) < 0.005 else f"{x + 0.0:+.2g}"
 
 
 def seeds_way(table: Any, times: Mapping[str, Mapping[str, Any]], arm: str | None = None,

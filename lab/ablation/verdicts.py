@@ -47,9 +47,10 @@ def pareto_front(df: pd.DataFrame, speed: str = "train_speedup") -> list[str]:
     return [arm for _, arm in sorted(front, reverse=True)]
 
 
-def best_under_budget(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedup",
-                      conservative: bool = True) -> pd.Series | None:
-    """The fastest arm within ``budget_pt`` of accuracy loss (None if none qualifies). ``conservative``
+def qualifying(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedup",
+               conservative: bool = True) -> pd.DataFrame:
+    """Every arm that wins on ``speed`` within ``budget_pt`` of accuracy loss, best first: the one rule the
+    verdict, the recommendation card (:mod:`lab.doctor.recommendation`) and every tab read. ``conservative``
     (the default): the speedup CI's lower bound must be above 1 *and* above the A/A arm's upper bound (the
     baseline run again: how far noise alone reached in this table), and the accuracy-loss CI's upper bound
     within the budget, ranked by the lower bound, so noise cannot win; ``False`` ranks point estimates
@@ -58,43 +59,59 @@ def best_under_budget(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "tr
         raise ValueError(f"budget_pt={budget_pt!r} is invalid: allowed: a finite number >= 0 (points of accuracy)")
     ok = _contenders(df, speed)
     if conservative:  # beyond noise: above 1 and above the A/A arm's own interval (the baseline run again)
-        floor = noise_floor(df, speed)
-        bar = max(1.0, floor[2]) if floor is not None else 1.0
-        ok = ok[(ok[f"{speed}_lo"] > bar) & (ok["acc_loss_hi"] <= budget_pt)]
+        ok = ok[(ok[f"{speed}_lo"] > noise_bar(df, speed)) & (ok["acc_loss_hi"] <= budget_pt)]
     else:
         ok = ok[ok["acc_loss_pt"] <= budget_pt]
-    if ok.empty:
-        return None
-    return ok.loc[ok[f"{speed}_lo" if conservative else speed].idxmax()]
+    return ok.sort_values(f"{speed}_lo" if conservative else speed, ascending=False, kind="stable")
+
+
+def noise_bar(df: pd.DataFrame, speed: str = "train_speedup") -> float:
+    """What a speedup's lower bound must clear to win: 1, or the A/A arm's upper bound when that is higher."""
+    floor = noise_floor(df, speed)
+    return max(1.0, floor[2]) if floor is not None else 1.0
+
+
+def best_under_budget(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedup",
+                      conservative: bool = True) -> pd.Series | None:
+    """The fastest arm within ``budget_pt`` of accuracy loss (None if none qualifies): the first of
+    :func:`qualifying`."""
+    ok = qualifying(df, budget_pt, speed, conservative)
+    return None if ok.empty else ok.iloc[0]
 
 
 def verdict(df: pd.DataFrame, budget_pt: float = 1.0, speed: str = "train_speedup") -> dict[str, Any]:
-    """``{"winner": arm or None, "text": one sentence}``: what a reader may conclude from the table. An A/A
-    interval that excludes 1 (the noise floor is not at 1) withholds the winner (``"unstable": True``)."""
+    """``{"winner": arm or None, "reason": ..., "text": one sentence}``: what a reader may conclude from the table.
+    ``reason`` is ``winner``, ``none`` (nothing beat the baseline beyond noise: a trusted table), or why the table
+    crowns nothing at all: ``preview`` (too few runs), ``unlearned``, ``busy``, ``unstable`` (an A/A interval that
+    excludes 1: the noise floor is not at 1; also ``"unstable": True``)."""
     runs = df.loc[df["status"] != "error", "n_ok"]
     n = int(runs.min()) if len(runs) else 0
     axis = "time to target" if speed == "ttt_speedup" else SPEED_AXIS.get(speed, speed)
     if n < MIN_RUNS:
-        return {"winner": None, "text": f"n = {n}: no interval, no verdict (run >= {MIN_RUNS} repeats x seeds "
-                                        "per arm; this table is a preview)"}
+        return {"winner": None, "reason": "preview",
+                "text": f"n = {n}: no interval, no verdict (run >= {MIN_RUNS} repeats x seeds per arm; this table is "
+                        "a preview)"}
     if (df["baseline_learned"] == False).any():  # noqa: E712 - True / False / None column
-        return {"winner": None, "text": "no verdict: the baseline did not learn, so its accuracy deltas mean "
-                                        "nothing (train longer or pick a larger size)"}
+        return {"winner": None, "reason": "unlearned",
+                "text": "no verdict: the baseline did not learn, so its accuracy deltas mean nothing (train longer or "
+                        "pick a larger size)"}
     busy = busy_text(df)
     if busy:
-        return {"winner": None, "busy": True, "text": busy}
+        return {"winner": None, "busy": True, "reason": "busy", "text": busy}
     best = best_under_budget(df, budget_pt, speed)
     floor_ci = noise_floor(df, speed)
     floor = ""
     if floor_ci is not None:
         value, lo, hi = floor_ci
         if not lo <= 1.0 <= hi:
-            return {"winner": None, "unstable": True, "text": unstable_text(axis, value, lo, hi, n, best)}
+            return {"winner": None, "unstable": True, "reason": "unstable",
+                    "text": unstable_text(axis, value, lo, hi, n, best)}
         floor = f"; A/A noise floor [{lo:.2f}, {hi:.2f}] (contains 1, as it should)"
     if best is None:
-        return {"winner": None, "text": f"no technique beat the baseline beyond noise on {axis} within "
-                                        f"{budget_pt:g} {_unit(df)} of accuracy{floor}"}
-    return {"winner": best["arm"],
+        return {"winner": None, "reason": "none",
+                "text": f"no technique beat the baseline beyond noise on {axis} within {budget_pt:g} {_unit(df)} of "
+                        f"accuracy{floor}"}
+    return {"winner": best["arm"], "reason": "winner",
             "text": f"{best['arm']}: {best[speed]:.2f}x {axis} [{best[f'{speed}_lo']:.2f}, "
                     f"{best[f'{speed}_hi']:.2f}], accuracy loss {best['acc_loss_pt']:.2f} {_unit(df)} "
                     f"[{best['acc_loss_lo']:.2f}, {best['acc_loss_hi']:.2f}]: beats the baseline beyond noise{floor}"}
@@ -194,5 +211,6 @@ def interaction_effects(df: pd.DataFrame, speed: str = "train_speedup") -> pd.Da
     return pd.DataFrame(rows, columns=["term", "techniques", "effect", "effect_lo", "effect_hi", "verdict",
                                        "loss_effect_pt"])
 
-__all__ = ["best_under_budget", "busy_text", "interaction_effects", "noise_floor", "pareto_front", "unstable_text",
-           "verdict"]
+
+__all__ = ["best_under_budget", "busy_text", "interaction_effects", "noise_bar", "noise_floor", "pareto_front",
+           "qualifying", "unstable_text", "verdict"]

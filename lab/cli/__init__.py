@@ -1,5 +1,5 @@
-"""Command line: ``python -m lab run | runs | export | ablate | project | recipe | bench | doctor | crossover |
-threads | machine``.
+"""Command line: ``python -m lab run | runs | export | ablate | project | recipe | recommend | bench | doctor |
+crossover | threads | machine``.
 
 One module per subcommand (``lab/cli/<name>.py``: ``NAME``, ``HELP``, ``add_arguments(parser)``,
 ``main(args) -> int``), listed in :data:`SUBCOMMANDS`. The configuration flags of ``run``, ``ablate``, ``recipe`` and
@@ -25,14 +25,27 @@ from pathlib import PurePath
 from types import TracebackType
 from typing import Any
 
-from lab.cli import ablate, bench, crossover, doctor, export, machine, project, recipe, run, runs, threads
+from lab.cli import (
+    ablate,
+    bench,
+    crossover,
+    doctor,
+    export,
+    machine,
+    project,
+    recipe,
+    recommend,
+    run,
+    runs,
+    threads,
+)
 from lab.cli.options import UsageError, config_from_args
 from lab.distributed.launch import RankFailure
 
 #: The subcommands, in ``--help`` order.
-SUBCOMMANDS = (run, runs, export, ablate, project, recipe, bench, doctor, crossover, threads, machine)
+SUBCOMMANDS = (run, runs, export, ablate, project, recipe, recommend, bench, doctor, crossover, threads, machine)
 #: Subcommands that load ``LAB_WORKLOADS`` first, so a broken entry is one line even for a built-in run.
-LOADS_WORKLOADS = ("run", "ablate", "doctor", "project", "recipe")
+LOADS_WORKLOADS = ("run", "ablate", "doctor", "project", "recipe", "recommend")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -16,7 +16,8 @@ from typing import Any
 from lab.cli.options import UsageError, config_from_args, store_flags, writable_file
 from lab.config import RunConfig
 from lab.config.flags import add_config_fields
-from lab.registry import OPTIONS, RECIPES
+from lab.recipes import RECIPES  # the module that fills the registry: its names in --help
+from lab.registry import OPTIONS
 
 NAME, HELP = "ablate", "run an ablation recipe or technique stack and print its table"
 #: The base an ablation starts from unless a flag says otherwise: small enough to answer in minutes, one
@@ -121,10 +122,24 @@ def main(args: argparse.Namespace) -> int:
         if not_applicable_reason(err):
             print(f"{arm}: does not apply here (refused before training): {not_applicable_reason(err)}")
     _print_versus(df, base)
+    _print_card(df, base, args.budget_pt)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.csv, index=False)
     return 0
+
+
+def _print_card(df: Any, base: RunConfig, budget_pt: float) -> None:
+    """The one answer this table gives (:mod:`lab.doctor.recommendation`, the dashboard's card) and how to take it
+    away as code: an ablation ends in an action, not only a table."""
+    from lab.doctor.recommendation import recommend
+
+    workload = base.workload_spec or base.workload
+    card = recommend(df, workload=workload, size=base.size, budget_pt=budget_pt)
+    print("\nrecommendation: " + card.headline())
+    if card.options:
+        print(f"the code: python -m lab recipe --workload {workload} --size {base.size} "
+              f"--techniques {','.join(card.options)} --out mine.py")
 
 
 def _print_versus(df: Any, base: RunConfig) -> None:

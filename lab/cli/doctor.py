@@ -4,6 +4,7 @@ predictions in an interleaved ablation. The configuration flags are the config's
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from lab.cli.options import UsageError, config_from_args, json_file, json_flag, store_flags, write_json
@@ -35,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
 
     from lab.doctor import diagnose, format_diagnosis, format_scorecard, format_verification, scorecard, verify
     from lab.doctor.hours import format_hours, prescription_hours
+    from lab.doctor.stored import keep
     from lab.store import ResultStore
 
     if args.verify < 0:
@@ -51,12 +53,20 @@ def main(args: argparse.Namespace) -> int:
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
     measure = [m.strip() for m in args.measure.split(",") if m.strip()]
     d = diagnose(cfg, techniques=techs, measure=measure)
-    out: dict[str, Any] = d.to_dict()
+    not_kept = keep(d, args.store)  # the recommendation card (lab recommend, the dashboard) reads it later
+    if not_kept:
+        print(f"lab: warning: {not_kept}", file=sys.stderr)
     try:
-        out["hours"] = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)
-        hours = format_hours(out["hours"])
+        h = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)
+        if args.full_epochs is not None or args.rows is not None:  # one-off costs over the user's run, not this one
+            d = d.for_run(h["steps"], "the full run")
+            h = prescription_hours(d, epochs=args.full_epochs, rows=args.rows)
+        hours = format_hours(h)
     except ValueError as exc:  # a baseline the projection cannot read: said, not hidden
-        hours = f"full run not projected: {exc}"
+        h, hours = None, f"full run not projected: {exc}"
+    out: dict[str, Any] = d.to_dict()
+    if h is not None:
+        out["hours"] = h
     text = args.json != "-"
     if text:
         print(format_diagnosis(d))

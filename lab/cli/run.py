@@ -1,7 +1,8 @@
 """``python -m lab run``: train one configuration and measure it; store it and print it (or its JSON).
 
 Every flag is a config field (:func:`lab.config.flags.add_config_fields`); ``--profile`` prints the op-class
-breakdown and the Chrome trace's path.
+breakdown and the Chrome trace's path. ``--memory-budget MB`` first measures the memory family's levers on short
+tries and runs the fastest configuration that fits (:mod:`lab.ablation.memory_budget`, docs/memory.md).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli.options import config_from_args, json_file, json_flag, write_json
+from lab.cli.options import UsageError, config_from_args, json_file, json_flag, write_json
 from lab.config.flags import add_config_fields
 
 NAME, HELP = "run", "train one configuration and measure it"
@@ -23,6 +24,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--no-store", action="store_true", help="do not save the result")
     out.add_argument("--label", help="a tag stored with the run (e.g. an experiment name)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    mem = p.add_argument_group("memory budget")
+    mem.add_argument("--memory-budget", metavar="MB", default=None,
+                     help="before training, measure the memory levers that keep the batch (accum2/4, "
+                          "checkpoint_blocks, adam8bit/4bit, combined) on short tries and run the fastest whose "
+                          "peak is <= MB; refused in one line when none fits")
+    mem.add_argument("--memory-measure", default="auto", metavar="KIND",
+                     help="what the budget holds: roles (CPU: tensor bytes by role), rss (a fresh process's peak "
+                          "RSS), cuda (the allocator's peak); auto: cuda on a GPU, else roles (default: auto)")
+    mem.add_argument("--memory-budget-batch", default="fallback", metavar="MODE",
+                     help="fallback: halve the batch only when nothing that keeps it fits; never: keep the batch "
+                          "(default: fallback)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -31,7 +43,20 @@ def main(args: argparse.Namespace) -> int:
     from lab.train import run
 
     cfg = config_from_args(args)
+    budget_mb = budget_from_flag(args.memory_budget)  # refused now, before any work
     json_out = json_file(args)  # refused now, not after the run
+    found = None
+    if budget_mb is not None:
+        from lab.ablation.memory_budget import BATCH_MODES, chosen_config, fit_budget, format_budget, resolve_measure
+
+        if args.memory_budget_batch not in BATCH_MODES:
+            raise UsageError(f"--memory-budget-batch={args.memory_budget_batch} is invalid: allowed: "
+                             f"{', '.join(BATCH_MODES)}")
+        measure = resolve_measure(cfg, args.memory_measure)
+        found = fit_budget(cfg, budget_mb, measure=measure, batch=args.memory_budget_batch,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+        print(format_budget(found), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+        cfg = chosen_config(cfg, found)
     bar = None
     progress = None
     if not args.no_progress:
@@ -61,6 +86,11 @@ def main(args: argparse.Namespace) -> int:
             bar = None
         if result.details.get("ddp", {}).get("rank", 0) != 0:
             return 0 if result.status == "ok" else 1
+        if found is not None:
+            from lab.ablation.memory_budget import run_peak_mb
+
+            found["run_peak_mb"] = run_peak_mb(result, found["measure"])
+            result.details["memory_budget"] = found
         stored = None
         if store is not None:
             store.add(result, label=args.label)
@@ -86,9 +116,26 @@ def main(args: argparse.Namespace) -> int:
                 print("  costliest ops (ms per step, under the profiler): "
                       + "; ".join(f"{_short(op)} [{cls}] {ms:.2f}" for op, cls, ms in top[:3]))
             print(f"  trace (open in https://ui.perfetto.dev): {prof.get('trace')}")
+    if found is not None and args.json != "-":
+        got = found["run_peak_mb"]
+        print(f"  memory budget {budget_mb:g} MB: the run's own peak {'n/a' if got is None else f'{got:.4g} MB'} "
+              f"({found['measure']}), configuration {found['chosen']['name']}")
     if json_out is not None:
         write_json(result.to_json(), json_out)
     return 0 if result.status == "ok" else 1
+
+
+def budget_from_flag(text: str | None) -> float | None:
+    """``--memory-budget MB`` as a number > 0 (``None`` when not given); anything else is one line, exit 2."""
+    if text is None:
+        return None
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = float("nan")
+    if not (mb > 0 and mb != float("inf")):
+        raise UsageError(f"--memory-budget={text} is invalid: allowed: a number of MB > 0 (e.g. --memory-budget 512)")
+    return mb
 
 
 def _short(name: str, width: int = 70) -> str:

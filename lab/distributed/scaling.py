@@ -17,8 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lab.store import ResultStore
 
 
 @dataclass(frozen=True)
@@ -148,3 +152,24 @@ def project_band(compute_s: float, grad_bytes: float, ps: Sequence[int], link: L
 def powers_of_two(max_p: int = 1024) -> list[int]:
     """1, 2, 4, ..., max_p: the worker counts the curves are drawn at."""
     return [2 ** i for i in range(int(math.log2(max_p)) + 1)]
+
+
+def step_of_stored_run(store: ResultStore, workload: str, size: str) -> dict[str, float | str] | None:
+    """The inputs of a projection for ``workload`` at ``size``, from its newest stored single-process fp32 run: the
+    measured median step (ms, all compute on one worker) and its fp32 gradient (MB: parameters x 4 bytes), with a
+    sentence naming the run. None when no such run is stored (the Scaling tab then keeps its generic defaults and
+    says so: its inputs had no tie to the workload the sidebar shows)."""
+    from lab.result import RunResult
+
+    rows = store.query("SELECT result_json FROM runs WHERE workload = ? AND status = 'ok' ORDER BY started_at DESC "
+                       "LIMIT 200", (workload,))
+    for (text,) in rows:
+        r = RunResult.from_json(text)
+        cfg = r.config or {}
+        single = int((cfg.get("ddp") or {}).get("world_size") or 1) == 1
+        fp32 = (cfg.get("precision") or {}).get("dtype", "fp32") == "fp32"
+        if cfg.get("size") == size and single and fp32 and r.median_step_ms and r.param_count:
+            return {"compute_ms": float(r.median_step_ms), "grad_mb": r.param_count * 4 / 1e6,
+                    "said": f"run {r.run_id[:8]} of {workload} at size {size}: {r.median_step_ms:.3g} ms a step, "
+                            f"{r.param_count:,} parameters"}
+    return None

@@ -37,11 +37,21 @@ class Prediction:
     model_lo: float | None = None
     model_hi: float | None = None
     band: str = ""
+    #: set by :func:`lab.doctor.risk.prescribe`: the one-off seconds charged (compile, ``auto``'s probe), the
+    #: speedup over the run's length with them and its interval, and whether it is prescribed (its run interval
+    #: clears 1 beyond the A/A noise); ``None`` before that
+    one_off_s: float = 0.0
+    run_speedup: float | None = None
+    run_lo: float | None = None
+    run_hi: float | None = None
+    prescribed: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"technique": self.technique, "axis": self.axis, "speedup": self.speedup, "lo": self.lo,
                 "hi": self.hi, "reason": self.reason, "sources": list(self.sources), "model_lo": self.model_lo,
-                "model_hi": self.model_hi, "band": self.band}
+                "model_hi": self.model_hi, "band": self.band, "one_off_s": self.one_off_s,
+                "run_speedup": self.run_speedup, "run_lo": self.run_lo, "run_hi": self.run_hi,
+                "prescribed": self.prescribed}
 
 
 @dataclass
@@ -66,6 +76,7 @@ class Rates:
     model_compile: Rate | None = None  # this model's forward + backward, eager vs compiled (when the user paid for it)
     model_compile_s: float = 0.0  # what that compile took (its first call)
     attention: int = 0  # attention modules in the model (compile's structural prior reads it)
+    macs_per_sample: float = 0.0  # the model's forward MACs per sample (the same prior: how small its blocks are)
 
 
 def _sample(rate: Rate, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -28,8 +29,9 @@ from lab.doctor import rates as rates_
 from lab.doctor.calibration import Calibration, calibrated, load_calibration
 from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
-from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique, rank
+from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique
 from lab.doctor.predict_compile import attention_modules
+from lab.doctor.risk import NOTHING_PAYS, RunLength, prescribe, prescription
 from lab.loop import to_device
 from lab.measure import limit_sentence, limit_sentences, load_card
 from lab.measure.profile import OP_CLASSES, Breakdown
@@ -60,20 +62,34 @@ class Diagnosis:
     advice: list[str] = field(default_factory=list)
     calibration_s: float = 0.0
     data_parallel: Prediction | None = None  # advice, not ranked (:func:`data_parallel_advice`)
+    noise: float = 0.0  # the verifications' A/A noise, a log half-width (no prescription is finer)
+    run: RunLength | None = None  # the run the ranking is for (:meth:`for_run`)
 
     @property
     def hardware_id(self) -> str:
         return self.baseline.hardware_id
 
     def top(self, axis: str = "train_step") -> Prediction | None:
-        return next((p for p in self.predictions if p.axis == axis), None)
+        """The prescribed pick on ``axis`` (``None``: nothing there pays beyond noise, :data:`NOTHING_PAYS`)."""
+        return prescription(self.predictions, axis)
+
+    def for_run(self, steps: int, what: str = "the full run") -> Diagnosis:
+        """The same diagnosis ranked for a run of ``steps`` steps at the baseline's step (:func:`prescribe`: each
+        pick's one-off costs over that length, prescribed only beyond the A/A noise)."""
+        run = RunLength(steps=max(1, int(steps)), step_ms=self.train.step_ms, what=what)
+        ranked = prescribe(self.predictions, run, overrides={n: o.overrides for n, o in OPTIONS.items()},
+                           rates=self.rates, breakdown=self.train, noise=self.noise)
+        return dataclasses.replace(self, predictions=ranked, run=run)
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.cfg.workload, "size": self.cfg.size, "hardware_id": self.hardware_id,
                 "baseline_run_id": self.baseline.run_id, "train": self.train.to_dict(),
                 "inference": self.infer.to_dict() if self.infer else None, "rate_source": self.rate_source,
                 "predictions": [p.to_dict() for p in self.predictions], "skipped": dict(self.skipped),
-                "advice": list(self.advice), "calibration_s": self.calibration_s,
+                "advice": list(self.advice), "calibration_s": self.calibration_s, "noise": self.noise,
+                "run": dataclasses.asdict(self.run) if self.run else None,
+                "prescription": {a: (p.technique if (p := self.top(a)) else None)
+                                 for a in ("train_step", "inference")},
                 "data_parallel": self.data_parallel.to_dict() if self.data_parallel else None}
 
 
@@ -237,6 +253,7 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     r = calibrate(cfg, [t for t in allowed if "compile" in measure
                         or not (mapped and t.overrides.get("compute.compile"))], measure)
     r.steps = result.steps
+    r.macs_per_sample = float(result.macs_per_sample or 0.0)
     if cmap is not None:
         r.crossover = _crossover_rates(cmap, allowed, result.macs_per_sample, cfg.workload, batches)
         source = f"crossover map {cmap.path} ({len(r.crossover)} technique rates) + on-the-spot micro-benchmarks"
@@ -258,9 +275,10 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     advice.append(ddp.reason if ddp is not None else "data-parallel not predicted: no all-reduce link calibrated "
                   f"for {result.hardware_id} (python benchmarks/distributed.py calibrates one)")
     cal = calibration if calibration is not None else load_calibration(result.hardware_id)
-    return Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
-                     predictions=rank(calibrated(preds, cal)), skipped=skipped, advice=advice, calibration_s=calib_s,
-                     data_parallel=ddp)
+    d = Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
+                  predictions=calibrated(preds, cal), skipped=skipped, advice=advice, calibration_s=calib_s,
+                  data_parallel=ddp, noise=cal.noise_floor())
+    return d.for_run(result.steps or 1, "this run")
 
 
 def _card_dtype(overrides: dict[str, Any]) -> str | None:
@@ -328,12 +346,17 @@ def format_diagnosis(d: Diagnosis) -> str:
         batch = d.baseline.details["profile"]["inference"]["batch"]
         lines.append(format_breakdown(d.infer, f"inference (batch {batch})"))
     lines.append(f"rates: {d.rate_source} ({d.calibration_s:.1f} s)")
+    run = f" over {d.run.what} ({d.run.steps:,} steps)" if d.run else ""
     for axis, title in (("train_step", "prescription, training step"), ("inference", "prescription, inference")):
         ps = [p for p in d.predictions if p.axis == axis]
         if ps:
-            lines.append(f"{title} (best first):")
-            lines += [f"  {i}. {p.technique:<17} {p.speedup:5.2f}x [{p.lo:.2f}, {p.hi:.2f}]  {p.reason}"
-                      for i, p in enumerate(ps, 1)]
+            lines.append(f"{title}{run if axis == 'train_step' else ''} (surest first: by the lower end of the "
+                         "interval, one-off costs included):")
+            if d.top(axis) is None:
+                lines.append(f"  {NOTHING_PAYS} (no interval's lower end clears 1 at the A/A noise x/ "
+                             f"{math.exp(d.noise):.2f})")
+            lines += [f"  {i}. {p.technique:<17} {p.speedup:5.2f}x [{p.lo:.2f}, {p.hi:.2f}]"
+                      + ("" if p.prescribed else "  (not prescribed)") + f"  {p.reason}" for i, p in enumerate(ps, 1)]
     lines += [f"advice: {a}" for a in d.advice]
     if d.skipped:
         lines.append("not predicted: " + "; ".join(f"{k} ({v})" for k, v in d.skipped.items()))

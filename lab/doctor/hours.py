@@ -5,8 +5,8 @@ so :func:`lab.ablation.project.project_run` turns it into the baseline's full ru
 (its measured step and loop overhead, steps per epoch at the user's rows, its evaluation cadence, its one-off
 costs). Each training pick is the same steps at that step divided by its predicted speedup (the calibrated
 interval's ends give the run's interval: :func:`lab.ablation.project.project_steps`) plus the baseline's
-evaluations and one-off costs. The only technique one-off the doctor knows is compile's, when it measured the
-model compiled (``--measure compile``); otherwise the line says compile's time is not included. Without
+evaluations and one-off costs, and its own one-off (:func:`lab.doctor.risk.one_off_s`: compile's compile,
+measured with ``--measure compile`` or estimated; ``auto``'s probe). Without
 ``epochs`` and ``rows`` the unit is 1000 steps, so nothing is invented about the user's data.
 """
 
@@ -35,13 +35,15 @@ def prescription_hours(d: Diagnosis, *, epochs: int | None = None, rows: int | N
     rest_s = base["total_s"] - base["train_s"]
     picks = []
     for p in [p for p in d.predictions if p.axis == "train_step"][:top]:
-        one_off = {}
-        if p.technique == "compile" and d.rates.model_compile is not None:
-            one_off["compile"] = d.rates.model_compile_s
+        one_off = {p.technique: p.one_off_s} if p.one_off_s > 0 else {}
         run = project_steps(step_s / p.speedup, step_lo_s=step_s / p.hi, step_hi_s=step_s / p.lo,
                             steps_per_epoch=base["steps"], epochs=1, one_off_s={"baseline's": rest_s, **one_off})
-        note = ("compile's own compile time not included (not measured: `--measure compile`)"
-                if p.technique == "compile" and not one_off else "")
+        note = (f"with its one-off {p.one_off_s:.3g} s" + ("" if d.rates.model_compile is not None or
+                                                             p.technique != "compile" else " (estimated)")
+                if one_off else "compile's own compile time not included (not estimated)" if p.technique == "compile"
+                else "")
+        if p.prescribed is False:
+            note = "; ".join(x for x in (note, "not prescribed: its interval does not clear 1 beyond noise") if x)
         picks.append({"technique": p.technique, "speedup": p.speedup, "total_s": run["total_s"],
                       "lo_s": run["lo_s"], "hi_s": run["hi_s"], "note": note})
     unit = (f"per {PER_STEPS} steps" if per_steps else

@@ -25,6 +25,7 @@ from lab.doctor.amdahl import COMPUTE, Prediction, Rates, _fmt, _pct, amdahl, mo
 from lab.doctor.predict_compile import FUSABLE, compile_step_ms, compile_time_s, predict_compile
 from lab.doctor.rates import ONE, Rate, prior
 from lab.measure.profile import Breakdown
+from lab.precision.inrun import probe_pays
 from lab.registry import PREDICTORS
 
 
@@ -88,15 +89,21 @@ def predict_precision(name: str, dtype: str, b: Breakdown, r: Rates) -> Predicti
                       sorted({x.source for x in rates.values()}))
 
 
-def predict_auto(name: str, candidates: list[Prediction]) -> Prediction:
+def predict_auto(name: str, candidates: list[Prediction], steps: int = 0) -> Prediction:
     """``auto`` probes each low precision on this model and keeps fp32 unless one is clearly faster (its paired
     speedup CI's lower bound above ``1 + lab.precision.auto.AUTO_MIN_GAIN``), so it is predicted as the best
-    candidate when that one is predicted at least 5 % faster, else 1.0 (a run too short for the probe's budget
-    keeps fp32 unprobed: ``lab.precision.auto.probe_plan``). The decision is the probe's, made on a
-    measurement, not on this prediction's interval: when the best candidate's interval reaches below 1 the
-    probe would keep fp32 there, so the lower bound is ~1.0 rather than the candidate's (the probe's own time
-    is a run cost)."""
+    candidate when that one is predicted at least 5 % faster, else 1.0. A run of ``steps`` too short to repay an
+    in-run probe (:func:`lab.precision.inrun.probe_pays`) is not probed and keeps fp32 unless a stored probe of the
+    model names a dtype (:mod:`lab.precision.unprobed`): predicted 1.0 (a stored probe is not looked up here).
+    The decision is the probe's, made on a measurement, not on this prediction's interval: when the best
+    candidate's interval reaches below 1 the probe would keep fp32 there, so the lower bound is ~1.0 rather than
+    the candidate's (the probe's own time is a run cost, charged by :func:`lab.doctor.risk.prescribe`)."""
     best = max(candidates, key=lambda p: p.speedup, default=None)
+    pays, short = probe_pays(steps, 1 + len(candidates)) if steps and candidates else (True, "")
+    if not pays:  # lab.precision.unprobed: a stored probe of this model, else fp32
+        return Prediction(name, "train_step", 1.0, 0.97, 1.03, f"auto will not probe: {short}; it keeps fp32 unless "
+                          "a stored probe of this model (a longer run's) names a dtype -> predicted 1.00x per step",
+                          [])
     if best is not None and best.speedup >= 1.05:  # a point estimate that clears the probe's 1.02 bound in noise
         return Prediction(name, "train_step", best.speedup, max(0.97, min(best.lo, 1.0)) if best.lo < 1.0
                           else best.lo, best.hi,
@@ -275,8 +282,9 @@ Predictor = Callable[[Any, Ask], "Prediction | None"]
 
 
 def _precision(dtype: Any, a: Ask) -> Prediction | None:
-    return predict_auto(a.name, a.precision_preds) if dtype == "auto" else predict_precision(a.name, dtype, a.train,
-                                                                                             a.rates)
+    if dtype == "auto":
+        return predict_auto(a.name, a.precision_preds, a.rates.steps)
+    return predict_precision(a.name, dtype, a.train, a.rates)
 
 
 def _loader(loader: Any, a: Ask) -> Prediction | None:
@@ -342,7 +350,10 @@ def larger_batch_advice(b: Breakdown, factor: int = 2) -> tuple[float, str]:
 
 
 def rank(predictions: list[Prediction]) -> list[Prediction]:
-    """Best first, per axis (training step first): by the central prediction, ties by the lower bound."""
+    """Best first by the model alone, per axis (training step first): by the central prediction, ties by the lower
+    bound. Not the prescription: that one ranks by the interval's lower end over the run, one-off costs charged,
+    and drops what noise explains (:func:`lab.doctor.risk.prescribe`; a point estimate whose interval reached 0.69
+    was once ranked first and measured 0.75x: issue 45)."""
     order = {"train_step": 0, "inference": 1}
     return sorted(predictions, key=lambda p: (order.get(p.axis, 2), -p.speedup, -p.lo))
 

@@ -53,6 +53,14 @@ def compile_step_ms(b: Breakdown, saving_ms: float, call_ms: float) -> float:
 #: Attention models: the step's non-matmul part under compile (the matmuls keep their kernels): the Intel
 #: runs' 1.09-1.55x steps at 22-58 % matmul share imply ~1.5x on the rest; AMD EPYC's BERT 0.67x implies 0.6x.
 ATTENTION_REST = (1.5, 0.55, 2.4)
+#: An attention model under this many MACs per sample has blocks too small for compile to pay. MACs, not the
+#: step's ms: a busy machine stretches a step 4-10x, never its MACs. On the AMD EPYCs the HF tiny models
+#: (1.1-1.7 M MACs) gained 1.02-1.52x, the gallery transformer (0.3 M) 0.93-1.14x, issue 45's three small
+#: attention models lost (0.75-0.92x); the transformer ladder's xs rung (0.13 M) gained 1.25x (a miss this
+#: accepts: its interval's top).
+SMALL_ATTENTION_MACS = 5e5
+#: compile on such a model: (central, low, high), below 1 at the centre, reaching the Intel gains at the top.
+SMALL_ATTENTION = (0.9, 0.65, 1.25)
 #: Below this step time the compiled call's fixed price (guards, graph call) is a large share of the step.
 TINY_STEP_MS = 2.0
 #: A recurrent share at which the step is mostly inside aten::lstm / aten::gru (not fused by compile).
@@ -66,8 +74,9 @@ def borrowed(rate: Rate | None) -> bool:
 
 def structural_prior(name: str, b: Breakdown, r: Rates) -> Prediction | None:
     """compile from the model's structure when nothing measured it on this model or workload: recurrent,
-    tiny step, attention (in that order; see the module docstring for the residuals behind each), else
-    ``None``. The interval is the prior's own (wide); calibration widens it further."""
+    tiny step, small attention (under :data:`SMALL_ATTENTION_MACS` per sample), attention (in that order; see the
+    module docstring for the residuals behind each), else ``None``. The interval is the prior's own (wide);
+    calibration widens it further."""
     rec, mm = b.share("recurrent"), b.share("matmul")
     if rec >= RECURRENT_SHARE:
         s, lo, hi = 1.0, 0.85, 1.2
@@ -77,6 +86,13 @@ def structural_prior(name: str, b: Breakdown, r: Rates) -> Prediction | None:
         s, lo, hi = 0.92, 0.7, 1.15
         why = (f"a {b.step_ms:.2f} ms step: the compiled call's fixed price (guards, graph call) is paid every step "
                "(steps under 2 ms measured 0.78-0.98x here)")
+    elif r.attention > 0 and 0 < r.macs_per_sample < SMALL_ATTENTION_MACS:
+        s, lo, hi = SMALL_ATTENTION
+        why = (f"{r.attention} attention module(s) at {r.macs_per_sample / 1e3:,.0f} k MACs per sample: blocks this "
+               "small give the fusion less than the compiled graphs' call price and Inductor's small kernels take "
+               "back (the gallery transformer, 0.3 M MACs, measured 0.93-1.14x on AMD EPYCs; issue 45's minimal "
+               "GPT 0.75x, RoBERTa 0.76x, an nn.Transformer subclass 0.92x; 1.29-1.36x on "
+               "intel-xeon-processor-amx-2c, which the interval does not reach)")
     elif r.attention > 0:
         rest = max(1.0 - mm, 0.0)
         s, lo, hi = (1.0 / (mm + rest / v) for v in ATTENTION_REST)
@@ -183,5 +199,5 @@ def attention_modules(model: Any) -> int:
     return n
 
 
-__all__ = ["ATTENTION_REST", "COMPILE_MODEL_SPREAD", "FUSABLE", "attention_modules", "borrowed", "compile_step_ms",
-           "compile_time_s", "predict_compile", "structural_prior"]
+__all__ = ["ATTENTION_REST", "COMPILE_MODEL_SPREAD", "FUSABLE", "SMALL_ATTENTION", "SMALL_ATTENTION_MACS",
+           "attention_modules", "borrowed", "compile_step_ms", "compile_time_s", "predict_compile", "structural_prior"]

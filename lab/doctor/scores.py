@@ -9,10 +9,13 @@ Over verified rows (:func:`lab.doctor.compare`), grouped into cases (one model e
 - **coverage**: the share of measured speedups inside the predicted interval (the point, not an overlap),
   also once each interval is floored at its own verification's A/A deviation (:func:`covered_at_aa`), and how
   many intervals are under 1 % wide (:func:`zero_width`);
-- for the prescription (the training-step rows of a case, best predicted first): **top-1** (the first pick
-  is the measured best or within its noise, :func:`lab.doctor.top1_hit`), **regret** ``1 - measured(top) /
-  max measured`` (mean and worst over cases: what a user who tries only the first pick leaves), and the
-  **Spearman** rank correlation between predicted and measured speedups (mean over cases with >= 3 rows);
+- for the prescription (the training-step rows of a case in the prescription's order; the pick is the first
+  row, or the baseline when nothing was prescribed): **top-1** (the pick is the measured best or within its
+  noise, :func:`lab.doctor.top1_hit`), **regret** ``1 - measured(pick) / max(1, max measured)`` (mean and
+  worst over cases: what a user who tries only the pick leaves; keeping the baseline is always an option),
+  how often the pick measured **slower than the baseline** (at all, and beyond the A/A noise), how often
+  nothing was prescribed, and the **Spearman** rank correlation between predicted and measured speedups
+  (mean over cases with >= 3 rows);
 - the **A/A noise**: ``|A/A - 1|`` of each case's verification (median, worst), the floor under every figure.
 
 Pure functions over plain dicts (tests feed synthetic predicted / measured pairs).
@@ -24,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from lab.doctor.verification import top1_hit
+from lab.doctor.verification import picked, slower, top1_hit
 from lab.measure import median
 
 Row = Mapping[str, Any]
@@ -63,10 +66,16 @@ def _measured(rows: Iterable[Row], axis: str = "train_step") -> list[Row]:
 
 
 def regret(rows: Sequence[Row], axis: str = "train_step") -> float | None:
-    """``1 - measured(first row) / best measured`` on ``axis`` (rows best predicted first); 0: the top pick was
-    the best. ``None`` when nothing was measured."""
+    """``1 - measured(pick) / best`` on ``axis`` (rows in the prescription's order); the pick is the first row,
+    or the baseline (1.0) when nothing was prescribed (:func:`lab.doctor.verification.picked`), and the best is
+    the best measured or the baseline (keeping it is always an option: a pick measured 0.8x while everything
+    else lost too left 20 %). 0: the pick was the best. ``None`` when nothing was measured."""
     on = _measured(rows, axis)
-    return 1.0 - on[0]["measured"] / max(r["measured"] for r in on) if on else None
+    if not on:
+        return None
+    pick = picked(rows, axis)
+    got = pick["measured"] if pick is not None else 1.0
+    return max(0.0, 1.0 - got / max(1.0, *(r["measured"] for r in on)))
 
 
 def case_spearman(rows: Sequence[Row], axis: str = "train_step") -> float | None:
@@ -122,6 +131,9 @@ def scorecard(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     regrets = [g for c in cases if (g := regret(c["rows"])) is not None]
     rhos = [s for c in cases if (s := case_spearman(c["rows"])) is not None]
     zero = sum(1 for r in rows if zero_width(r))
+    slow = [x for c in cases if (x := slower(c["rows"])) is not None]
+    slow_noise = [x for c in cases if (x := slower(c["rows"], beyond_noise=True)) is not None]
+    none = sum(1 for c in cases if _measured(c["rows"]) and picked(c["rows"]) is None)
     aa = [abs(a - 1) for c in cases if (a := next((r.get("aa_measured") for r in c["rows"]
                                                    if r.get("aa_measured")), None))]
     per: dict[str, dict[str, Any]] = {}
@@ -135,7 +147,9 @@ def scorecard(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"cases": len(cases), "pairs": len(errs), "median_abs_error": _spread(errs)["median"],
             "max_abs_error": _spread(errs)["max"], "coverage": sum(cov) / len(cov) if cov else None,
             "coverage_at_aa": sum(cov_aa) / len(cov_aa) if cov_aa else None,
-            "zero_width": zero, "top1_hits": sum(hits), "top1_n": len(hits),
+            "zero_width": zero, "top1_hits": sum(hits), "top1_n": len(hits), "nothing_prescribed": none,
+            "slower": sum(slow), "slower_rate": sum(slow) / len(slow) if slow else None,
+            "slower_beyond_noise": sum(slow_noise),
             "top1": sum(hits) / len(hits) if hits else None,
             "regret_mean": sum(regrets) / len(regrets) if regrets else None,
             "regret_worst": max(regrets) if regrets else None,
@@ -161,6 +175,10 @@ def format_scorecard(card: Mapping[str, Any], title: str = "") -> str:
         lines.append(f"  top-1 {card['top1_hits']} of {card['top1_n']} ({_p(card['top1'])}); regret mean "
                      f"{_p(card['regret_mean'])}, worst {_p(card['regret_worst'])}; Spearman "
                      + ("n/a" if rho is None else f"{rho:+.2f}"))
+        if "slower" in card:
+            lines.append(f"  pick slower than the baseline: {card['slower']} of {card['top1_n']} "
+                         f"({card['slower_beyond_noise']} beyond the A/A noise); nothing prescribed: "
+                         f"{card['nothing_prescribed']}")
     lines.append(f"  {'technique':<17} {'n':>3} {'speedup |err| med / max':>24} {'step |err| med / max':>21} "
                  f"{'coverage':>9}")
     for t, v in card["per_technique"].items():

@@ -23,6 +23,8 @@ from lab.recipes import from_techniques
 from lab.result import utc_now_iso
 from lab.store import ResultStore, default_store_path
 
+#: A measured interval narrower than this share of its ends is a point (too few samples), never printed as one.
+ZERO_WIDTH = 0.001
 #: The ablation column that measures each prediction axis.
 MEASURED_COLUMN = {"train_step": "step_speedup", "inference": "infer_speedup"}
 
@@ -53,8 +55,13 @@ def compare(predictions: Sequence[Prediction], table: Any, *, base_step_ms: floa
         got = by_arm.get(p.technique, {})
         col = MEASURED_COLUMN[p.axis]
         m, lo, hi = _num(got.get(col)), _num(got.get(f"{col}_lo")), _num(got.get(f"{col}_hi"))
+        point = lo is not None and hi is not None and hi <= lo * (1 + ZERO_WIDTH)
+        if point:  # "[0.75, 0.75]" from 3 repeats is no interval: kept as a point, said so (issue 45)
+            lo = hi = None
         rows.append({"technique": p.technique, "axis": p.axis, "predicted": p.speedup, "predicted_lo": p.lo,
                      "predicted_hi": p.hi, "measured": m, "measured_lo": lo, "measured_hi": hi,
+                     "measured_point": point, "prescribed": p.prescribed, "run_speedup": p.run_speedup,
+                     "run_lo": p.run_lo, "one_off_s": p.one_off_s,
                      "error": (p.speedup / m - 1) if m else None, "status": got.get("status", "missing"),
                      # why an arm failed, kept (a held-out run once lost every HF int8 arm's reason)
                      "arm_error": (str(got.get("error"))[:500] if got.get("error") and got.get("status") != "ok"
@@ -73,15 +80,46 @@ def compare(predictions: Sequence[Prediction], table: Any, *, base_step_ms: floa
     return rows
 
 
+def picked(rows: Sequence[dict[str, Any]], axis: str = "train_step") -> dict[str, Any] | None:
+    """The doctor's pick among the measured rows of ``axis``: the first, unless it was not prescribed (nothing
+    paid beyond noise: the pick is the baseline, ``None``). Rows stored before prescriptions existed (no
+    ``prescribed`` key) count their first row as the pick, as they were scored then."""
+    on = [r for r in rows if r["axis"] == axis and r["measured"] is not None]
+    return on[0] if on and on[0].get("prescribed") is not False else None
+
+
+def _aa_noise(rows: Sequence[dict[str, Any]]) -> float:
+    """The A/A arm's deviation from 1 in this verification, as a factor >= 1 (1 when there was none)."""
+    aa = next((r.get("aa_measured") for r in rows if r.get("aa_measured")), None)
+    return max(aa, 1 / aa) if aa and aa > 0 else 1.0
+
+
 def top1_hit(rows: Sequence[dict[str, Any]], axis: str = "train_step") -> bool | None:
-    """Is the top-ranked technique (the first row of ``axis``) the measured best, or within noise of it
-    (its measured interval reaches the best measured speedup)? ``None`` when nothing was measured."""
+    """Is the doctor's pick (:func:`picked`) the measured best, or within noise of it (its measured interval
+    reaches the best measured speedup)? When it prescribed nothing, the pick is the baseline: a hit unless a
+    measured technique beat 1 beyond noise (its measured interval, else the A/A deviation). ``None`` when
+    nothing was measured."""
     on = [r for r in rows if r["axis"] == axis and r["measured"] is not None]
     if not on:
         return None
     best = max(r["measured"] for r in on)
-    first = on[0]
+    first = picked(rows, axis)
+    if first is None:
+        top = max(on, key=lambda r: r["measured"])
+        clear = top["measured_lo"] if top.get("measured_lo") is not None else best / _aa_noise(rows)
+        return bool(best <= 1.0 or clear <= 1.0)
     return bool(first["measured"] >= best or (first["measured_hi"] is not None and first["measured_hi"] >= best))
+
+
+def slower(rows: Sequence[dict[str, Any]], axis: str = "train_step", *, beyond_noise: bool = False) -> bool | None:
+    """Was the doctor's pick measured slower than the baseline (``beyond_noise``: below 1 by more than the A/A
+    arm's deviation)? A baseline pick never is. ``None`` when nothing was measured."""
+    if not any(r["axis"] == axis and r["measured"] is not None for r in rows):
+        return None
+    first = picked(rows, axis)
+    if first is None:
+        return False
+    return bool(first["measured"] < (1 / _aa_noise(rows) if beyond_noise else 1.0))
 
 
 def verify(d: Diagnosis, k: int, *, repeats: int = 3, store: ResultStore | None = None, progress: Any = None,
@@ -143,7 +181,9 @@ def format_verification(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         m = ("n/a" if r["measured"] is None else
              f"{r['measured']:.2f}x" + (f" [{r['measured_lo']:.2f}, {r['measured_hi']:.2f}]"
-                                        if r["measured_lo"] is not None else ""))
+                                        if r["measured_lo"] is not None else
+                                        " (a point: too few repeats for an interval)" if r.get("measured_point")
+                                        else ""))
         e = "n/a" if r["error"] is None else f"{100 * r['error']:+.0f} %"
         if r.get("arm_error"):
             m = f"{r['status']}: {r['arm_error'][:120]}"
@@ -155,9 +195,12 @@ def format_verification(rows: Sequence[dict[str, Any]]) -> str:
                      f"the predicted interval: {100 * (acc['inside_interval'] or 0):.0f} %")
     hit = top1_hit(rows)
     if hit is not None:
-        lines.append(f"top-ranked training technique is the measured best (or within noise): {'yes' if hit else 'no'}")
+        first = picked(rows)
+        what = f"the prescribed pick ({first['technique']})" if first else "the baseline (nothing was prescribed)"
+        lines.append(f"{what} is the measured best (or within noise): {'yes' if hit else 'no'}"
+                     + ("; it measured slower than the baseline" if slower(rows) else ""))
     return "\n".join(lines)
 
 
-__all__ = ["MEASURED_COLUMN", "accuracy", "compare", "format_verification", "history_path", "load_history",
-           "top1_hit", "verify"]
+__all__ = ["MEASURED_COLUMN", "ZERO_WIDTH", "accuracy", "compare", "format_verification", "history_path",
+           "load_history", "picked", "slower", "top1_hit", "verify"]

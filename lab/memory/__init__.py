@@ -1,9 +1,10 @@
 """Memory: train what does not fit. ``memory.checkpoint="blocks"`` (activation checkpointing per block, the
-workload's :meth:`~lab.workloads.Workload.model_blocks`) and ``memory.optimizer_state="int8" | "int4"`` (Adam's
-moments in 8 / 4 bits, torchao) and ``memory.shard="fsdp2"`` (parameters, gradients and optimizer state sharded
-across the data-parallel ranks, FSDP2's ``fully_shard``, where DDP replicates them), each verified by its effect;
-and every run's step counted by role
-(``details["memory"]``: parameters, gradients, optimizer state, activations saved for backward) beside the
+workload's :meth:`~lab.workloads.Workload.model_blocks`), ``memory.optimizer_state="int8" | "int4"`` (Adam's moments
+in 8 / 4 bits, torchao), ``memory.micro_batches=k`` (each batch as k micro-batches, gradients accumulated in
+:func:`lab.loop.train_step`: the same effective batch) and ``memory.shard="fsdp2"`` (parameters, gradients and
+optimizer state sharded across the data-parallel ranks, FSDP2's ``fully_shard``, where DDP replicates them), each
+verified by its effect; and every run's step counted by role (``details["memory"]``: parameters, gradients,
+optimizer state, activations saved for backward) beside the
 process RSS peak the loop samples. Page: docs/memory.md.
 
 Where it sits in a run (:data:`lab.registry.FAMILY_ORDER`, after compute and precision, before pruning): its
@@ -49,7 +50,8 @@ def no_blocks_refusal(workload: str, model: nn.Module) -> str:
 
 
 class Memory(Technique):
-    """Activation checkpointing per block and low-bit Adam state; memory by role in every run."""
+    """Activation checkpointing per block, low-bit Adam state and batch-keeping accumulation; memory by role in
+    every run."""
 
     name = "memory"
 
@@ -79,9 +81,14 @@ class Memory(Technique):
         low_bit_class(state)
 
     def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
-        """Refuse checkpointing a model without blocks, before any training."""
+        """Refuse checkpointing a model without blocks, and more micro-batches than a batch has rows, before any
+        training."""
         if ctx.cfg.memory.checkpoint == "blocks" and not ctx.workload.model_blocks(model):
             raise ValueError(no_blocks_refusal(ctx.cfg.workload, model))
+        k, batch = ctx.cfg.memory.micro_batches, ctx.resolved.batch_size
+        if k > batch:
+            raise ValueError(f"memory.micro_batches={k} is invalid with batch_size={batch}: a micro-batch needs at "
+                             "least one row; lower --memory-micro-batches or raise --batch-size")
 
     def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
         """Checkpoint the blocks of the model that trains."""
@@ -97,6 +104,7 @@ class Memory(Technique):
         state = ctx.cfg.memory.optimizer_state
         if state != "fp32":
             plan.optimizer = low_bit_adam(state)
+        plan.micro_batches = ctx.cfg.memory.micro_batches
         if plan.phase != "train" or plan.probe:
             return
         counting = CountingStep(plan.policy, model, activations=plan.forward is None)
@@ -106,7 +114,7 @@ class Memory(Technique):
             if counting.record is None:  # no step was taken
                 return
             rec = {**counting.record, "checkpoint": ctx.cfg.memory.checkpoint, "optimizer_state": state,
-                   "counted_step": 0}
+                   "micro_batches": plan.micro_batches, "counted_step": 0}
             if "memory.blocks" in ctx.state:
                 rec["checkpointed_blocks"] = ctx.state["memory.blocks"]
             sharded = ctx.state.get("memory.sharded")
@@ -147,6 +155,9 @@ class Memory(Technique):
                 raise NotTimed(no_blocks_refusal(bench.workload.name, arm.model)) from None
             arm.notes.append(f"{len(names)} blocks checkpointed")
             arm.derive(model, "checkpointed")
+        if o.get("memory.micro_batches", 1) > 1:
+            arm.micro_batches = o["memory.micro_batches"]
+            arm.notes.append(f"{arm.micro_batches} micro-batches")
         state = o.get("memory.optimizer_state", "fp32")
         if state != "fp32":
             if arm.fused:
@@ -160,7 +171,7 @@ class Memory(Technique):
         rec = result.details.get("memory") or {}
         out: dict[str, Any] = {"checkpoint": cfg.get("checkpoint", "none"),
                                "optimizer_state": cfg.get("optimizer_state", "fp32"),
-                               "shard": cfg.get("shard", "none")}
+                               "micro_batches": cfg.get("micro_batches", 1), "shard": cfg.get("shard", "none")}
         out.update({k: rec[k] for k in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
                                         "saved_activations_bytes") if k in rec})
         return out

@@ -14,6 +14,12 @@ register_options(
     Option("adam4bit", {"memory.optimizer_state": "int4"}, "memory",
            "Adam's moments in 4 bits (torchao AdamW4bit): ~8x fewer optimizer-state bytes; compiles on its first "
            "step", axes=TRAINING),
+    Option("accum2", {"memory.micro_batches": 2}, "memory",
+           "gradient accumulation keeping the batch: each batch as 2 micro-batches (half the activations alive at "
+           "once, two smaller forward + backward passes)", axes=TRAINING),
+    Option("accum4", {"memory.micro_batches": 4}, "memory",
+           "gradient accumulation keeping the batch: each batch as 4 micro-batches (a quarter of the activations "
+           "alive at once, four smaller forward + backward passes)", axes=TRAINING),
     Option("fsdp2", {"memory.shard": "fsdp2"}, "memory",
            "FSDP2 sharding (fully_shard per block, then the root): each of N data-parallel ranks keeps ~1/N of the "
            "parameters, gradients and optimizer state instead of DDP's full copy; needs --ddp-world-size 2 or more",

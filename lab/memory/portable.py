@@ -129,6 +129,9 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     mc = cfg.memory
     if not mc.enabled:
         return None
+    if mc.micro_batches > 1:
+        raise NotPortable(f"memory.micro_batches={mc.micro_batches}: gradient accumulation that keeps the batch is "
+                          "not written out by the recipe yet")
     if mc.shard != "none" and mc.optimizer_state != "fp32":
         raise NotPortable(f"memory.shard={mc.shard!r} with memory.optimizer_state={mc.optimizer_state!r}: torchrun's "
                           "ranks would share one on-disk Inductor cache, from which a rank read a graph compiled "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -190,7 +191,10 @@ def report_figure(rows: list[dict[str, Any]] | pd.DataFrame) -> go.Figure:
     labels = {k: list(dict.fromkeys(r["label"] for r in sorted(recs, key=lambda r: family_rank[r["family"]])
                                     if r["kind"] == k)) for k in kinds}
     device = {hw: next((_text(r.get("device_name")) for r in recs if r["hardware"] == hw), "") for hw in hardware}
-    titles = [f"{hw} ({device[hw] or '?'})" if i == 0 else "" for i in range(len(kinds)) for hw in hardware]
+    width = max(12, 66 // max(len(hardware), 1))  # characters a column's title may take on a line (~540 px of dots)
+    titles = [_wrapped(hw, width) + "<br>" + _wrapped(f"({device[hw] or '?'})", width) if i == 0 else ""
+              for i in range(len(kinds)) for hw in hardware]
+    title_lines = max((t.count("<br>") + 1 for t in titles if t), default=1)
     n_labels = [len(labels[k]) for k in kinds]
     fig = make_subplots(rows=len(kinds), cols=len(hardware), shared_yaxes=True, subplot_titles=titles,
                         horizontal_spacing=0.02, vertical_spacing=0.12 if len(kinds) > 1 else 0.0,
@@ -228,6 +232,22 @@ def report_figure(rows: list[dict[str, Any]] | pd.DataFrame) -> go.Figure:
             fig.update_xaxes(range=list(bounds), row=row_i, col=col,
                              title_text=RATIO_KINDS[kind] if col == 1 or len(hardware) == 1 else None)
         fig.update_yaxes(categoryorder="array", categoryarray=labels[kind][::-1], automargin=True, row=row_i)
+    fig.update_annotations(font_size=12)  # the facets' titles, each wrapped to its column (they printed over each
+    # other at 1280 px: three hardware ids with their CPU names on one line each)
     fig.update_layout(title=fig_title("Measured ratios", "95 % CI; diamond: CI clipped (hover); colour: goal"),
-                      legend_title="goal", height=170 + 60 * len(kinds) + 26 * sum(n_labels), margin={"l": 10})
+                      legend_title="goal", height=170 + 16 * title_lines + 60 * len(kinds) + 26 * sum(n_labels),
+                      margin={"l": 10, "t": 90 + 16 * title_lines})
     return fig
+
+
+def _wrapped(text: str, width: int) -> str:
+    """``text`` broken into lines of at most ``width`` characters (``<br>``, plotly's break), at a space or after a
+    hyphen (a hardware id is one hyphenated word), so a facet's title stays within its column."""
+    words = [w for part in text.split(" ") for w in re.findall(r"[^-]+-?", part) or [part]]
+    lines: list[str] = []
+    for word in words:
+        if lines and len(lines[-1]) + len(word) + (0 if lines[-1].endswith("-") else 1) <= width:
+            lines[-1] += word if lines[-1].endswith("-") else " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)

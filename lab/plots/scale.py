@@ -120,3 +120,45 @@ def reference_figure(reference: list[dict[str, Any]], height: int = 380) -> go.F
                       barmode="group", height=height, yaxis_title="speedup vs fp32 (x)",
                       legend={"orientation": "h", "y": -0.25}, margin={"t": 70})
     return fig
+
+
+#: The map's axes as a person says them.
+AXIS_WORDS = {"train_step": "training step", "inference": "inference"}
+
+
+def _g3(x: Any) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return ""
+    return "" if v != v else f"{v:.3g}"
+
+
+def _count(x: Any) -> str:
+    """A parameter count as a person reads it: ``209,434`` (3 significant digits would print ``2.09e+05``)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return ""
+    return "" if v != v else f"{round(v):,}"
+
+
+def placement_table(predictions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A placed model's predictions (:func:`lab.crossover.place`) as a person reads them: the axis in words, the
+    speedup at 3 digits, whether it pays, and the leave-one-out error (how far the ladder's own fit missed a rung it
+    did not see) as a percentage, where the page showed ``predicted_speedup`` 2.9156 and ``loo_error`` 0.4692."""
+    return [{"Technique": p["technique"], "Axis": AXIS_WORDS.get(p["axis"], p["axis"]),
+             "Predicted speedup (x)": _g3(p.get("predicted_speedup")), "Pays": "yes" if p.get("pays") else "no",
+             "Fit's error on a held-out rung": "" if p.get("loo_error") is None else f"{100 * p['loo_error']:.0f} %"}
+            for p in predictions]
+
+
+def crossover_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The map's crossovers (where each technique starts to pay) in words and 3 digits."""
+    return [{"Technique": c["technique"], "Axis": AXIS_WORDS.get(c["axis"], c["axis"]),
+             "Pays from (measured rung)": c.get("measured_rung") or "never on this ladder",
+             "Measured at (params)": _count(c.get("measured_params")),
+             "Predicted from (rung)": c.get("predicted_rung") or "",
+             "Predicted at (params)": _count(c.get("predicted_params")),
+             "Prediction within one rung": {True: "yes", False: "no"}.get(c.get("within_one_rung"), "")}
+            for c in rows]

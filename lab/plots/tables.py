@@ -60,15 +60,33 @@ def _speed(rec: ArmRecord, col: str) -> str:
     return ratio.text
 
 
-def _loss(row: pd.Series) -> str:
+#: Metric names as a person reads them (a workload's ``metric_name``).
+METRIC_WORDS = {"auc": "AUC", "accuracy": "Accuracy", "top1": "Top-1 accuracy"}
+
+
+def change_column(df: pd.DataFrame) -> str:
+    """The accuracy column's header: the metric's own name, its unit and its direction ("AUC change (pt, 95 % CI;
+    higher is better)"): the table stores a loss, a person reads a change of a named metric."""
+    names = [str(n) for n in df.get("metric_name", pd.Series(dtype=object)).dropna().unique()]
+    units = [str(u) for u in df.get("loss_unit", pd.Series(dtype=object)).dropna().unique()]
+    name = METRIC_WORDS.get(names[0], names[0]) if len(names) == 1 else "Metric"
+    lower = bool(units) and units[0] not in ("pt", "points")
+    unit = "" if lower else "pt, "
+    return f"{name} change ({unit}95 % CI; {'lower' if lower else 'higher'} is better)"
+
+
+def _change(row: pd.Series) -> str:
+    """The arm's metric change against the baseline with its interval, sign as the metric moves (a higher-is-better
+    metric's loss of 0.4 pt reads -0.4): the stored loss is positive-is-worse for every metric."""
     est = _num(row.get("acc_loss_pt"))
     if math.isnan(est):
         return ""
-    unit = " pt" if str(row.get("loss_unit") or "pt") in ("pt", "points", "nan", "") else f" {row.get('loss_unit')}"
-    lo, hi = _num(row.get("acc_loss_lo")), _num(row.get("acc_loss_hi"))
+    flip = -1.0 if str(row.get("loss_unit") or "pt") in ("pt", "points", "nan", "") else 1.0
+    lo, hi = sorted((flip * _num(row.get("acc_loss_lo")), flip * _num(row.get("acc_loss_hi"))))
+    value = flip * est + 0.0  # -0.0 reads 0
     if math.isnan(lo) or math.isnan(hi):
-        return f"{est:+.2g}{unit}" + ("" if row["arm"] == "baseline" else " (no interval)")
-    return f"{est:+.2g}{unit} [{lo:+.2g}, {hi:+.2g}]"
+        return f"{value:+.2g}" + ("" if row["arm"] == "baseline" else " (no interval)")
+    return f"{value:+.2g} [{lo + 0.0:+.2g}, {hi + 0.0:+.2g}]"
 
 
 def _status(rec: ArmRecord) -> str:
@@ -82,6 +100,7 @@ def ablation_table(df: pd.DataFrame, record: AblationRecord | None = None) -> pd
     (:mod:`lab.ablation.record`), so the table says what the bars, the details and the why say."""
     record = record or build_record(df)
     rows = []
+    change = change_column(df)
     for _, r in df.iterrows():
         rec = record.arms[str(r["arm"])]
         rows.append({
@@ -91,7 +110,7 @@ def ablation_table(df: pd.DataFrame, record: AblationRecord | None = None) -> pd
             "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in rec.axes),
             "Runs ok": f"{rec.n_ok}/{rec.n_runs}" if not math.isnan(_num(r.get("n_runs"))) else "",
             **{f"{name} (x, 95 % CI)": _speed(rec, col) for col, name in SPEED_NAMES.items()},
-            "Accuracy loss (95 % CI)": _loss(r),
+            change: _change(r),
             "Seed noise (pt)": _sig(r.get("noise_pt"), 2),
             "Size": rec.size.text if rec.size else "",
             "MACs run (dense kernels)": rec.macs.text if rec.macs else "",

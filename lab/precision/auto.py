@@ -22,7 +22,8 @@ round cancels that drift.
 
 The probe's cost counts (``never more than 5 % slower than fp32``): it may spend at most
 :data:`AUTO_PROBE_SHARE` of the run's own steps (:func:`probe_plan`); a run too short to afford
-:data:`MIN_ROUNDS` rounds is not probed and keeps fp32, saying so. So the worst case is fp32 plus that share
+:data:`MIN_ROUNDS` rounds is not probed: it takes a stored probe of the same model, or keeps fp32
+(:mod:`lab.precision.unprobed`), saying which. So the worst case is fp32 plus that share
 (fp32 chosen) or 1/1.02 of fp32 plus that share (a candidate chosen). Taught in ``notebooks/02_mixed_precision.ipynb``.
 """
 
@@ -40,9 +41,10 @@ import torch
 from torch import nn
 
 from lab.context import TrainContext
-from lab.measure import bootstrap_ci, bootstrap_ratio_ci
+from lab.measure import ContentionMeter, bootstrap_ci, bootstrap_ratio_ci
 from lab.precision.gate import Capability, capability, model_gate
 from lab.precision.policy import PrecisionPolicy
+from lab.precision.unprobed import decide_unprobed, save_probe
 
 #: A candidate is taken only when the lower bound of its speedup CI is above ``1 + AUTO_MIN_GAIN``.
 AUTO_MIN_GAIN = 0.02
@@ -215,7 +217,11 @@ def auto_candidates(ctx: TrainContext,
     return arms, caps, gated, not_tried
 
 
-def resolve_auto(ctx: TrainContext, model: nn.Module, lr: float) -> tuple[str, dict[str, Any]]:
+def resolve_auto(ctx: TrainContext, model: nn.Module, lr: float, *, short: str | None = None
+                 ) -> tuple[str, dict[str, Any]]:
+    """``auto`` decided before training: the copy probe where the run affords it (:func:`probe_plan`), else without a
+    probe (:func:`lab.precision.unprobed.decide_unprobed`; ``short``: why the run was not probed in the run either,
+    said instead of the copy probe's own reason)."""
     arms, caps, gated, not_tried = auto_candidates(ctx, model)
     t0 = time.perf_counter()
     run_steps = ctx.total_steps()
@@ -223,14 +229,20 @@ def resolve_auto(ctx: TrainContext, model: nn.Module, lr: float) -> tuple[str, d
                            "min_gain": AUTO_MIN_GAIN, "probe_share_max": AUTO_PROBE_SHARE}
     plan, plan_why = probe_plan(run_steps, len(arms)) if len(arms) > 1 else (None, "no native low precision here")
     rec["plan"] = dataclasses.asdict(plan) if plan else None
-    if plan is None:
-        choice, why = "fp32", f"auto chose fp32 without a probe: {plan_why}"
+    if plan is None:  # a stored probe of this model, the machine card, or fp32 (lab.precision.unprobed)
+        choice, why, rec["decided_by"] = (decide_unprobed(ctx, arms, short or plan_why) if len(arms) > 1 else
+                                          ("fp32", f"auto chose fp32 without a probe: {plan_why}", "kept fp32"))
         times: dict[str, list[float]] = {}
     else:
+        meter = ContentionMeter().start()
         times = measure_arms(ctx, model, lr, arms, rounds=plan.rounds, steps=plan.steps, caps=caps)
+        seen = meter.stop()
         choice, why = decide_auto(times, caps)
         rec["compare"] = compare_arms(times, caps)
         rec["rounds"] = len(times["fp32"])
+        rec["decided_by"] = "copy probe"
+        if rec["rounds"] >= MIN_ROUNDS and not (seen is not None and seen.busy):  # a quiet decision only
+            save_probe(ctx, {**rec, "choice": choice})
     probe_s = time.perf_counter() - t0
     # The probe is training-time cost too: the ablation adds probe_s to its end-to-end figure.
     rec.update(why=why + not_tried, choice=choice, step_time_ms=times, probe_s=probe_s)

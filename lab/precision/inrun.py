@@ -21,6 +21,7 @@ run, and for a fit other than the main training. Taught in ``notebooks/02_mixed_
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,10 +44,19 @@ from lab.precision.auto import (
 )
 from lab.precision.gate import Capability
 from lab.precision.policy import PrecisionPolicy, _record_layer_dtypes
+from lab.precision.unprobed import save_probe
 
 #: The probe stops (and keeps fp32) once the candidates' steps cost this share of the run's estimated fp32 time
 #: more than fp32 steps would have.
 INRUN_COST_SHARE = 0.03
+
+#: What a candidate's first steps in its dtype cost beyond fp32's, in fp32 steps (its kernels and autocast's
+#: weight casts are built on first use): the probe cannot decide before that is paid, and its cost cap
+#: (:data:`INRUN_COST_SHARE`) only affords it on a run of ``n / INRUN_COST_SHARE`` steps or more. On pasted_mnist
+#: (60 steps, ~3 ms a step, amd-epyc-avx512bf16-2c, measured while other processes held 1.7 of the 2 cores) bf16's
+#: warm-up and first step cost 8 ms beyond fp32's, ~2.5 steps, and the cap stopped the probe there; one reading
+#: on a busy machine, so the constant is a round figure, not a fit.
+FIRST_STEPS_COST = 3.0
 
 RULE_INRUN = (f"fastest native candidate whose paired speedup vs fp32 (median over >= {MIN_ROUNDS} interleaved "
               f"rounds of fp32 round ms / candidate round ms, {AUTO_CI:.0%} bootstrap CI) has its CI lower bound > "
@@ -80,6 +90,20 @@ def inrun_plan(run_steps: int, n_arms: int) -> tuple[InRunPlan | None, str]:
     plan = InRunPlan(rounds=rounds, steps=steps, run_steps=run_steps)
     return plan, (f"the run's own first steps: up to {rounds} rounds x {steps} step(s) per arm (<= "
                   f"{plan.probe_steps(n_arms)} of its {run_steps} steps, each one trains)")
+
+
+def probe_pays(run_steps: int, n_arms: int) -> tuple[bool, str]:
+    """``(pays, why)``: can a probe on the run's own first steps repay itself in a run of ``run_steps`` steps?
+    Its candidates' first steps cost :data:`FIRST_STEPS_COST` fp32 steps each beyond fp32 before any round is
+    timed, and the probe stops once its extra cost reaches :data:`INRUN_COST_SHARE` of the run: below
+    ``(n_arms - 1) * FIRST_STEPS_COST / INRUN_COST_SHARE`` steps it is stopped before it can decide, so it only
+    costs (a 60-step conv run: auto 0.80x vs bf16 1.09x per step). Pure."""
+    need = max(math.ceil((n_arms - 1) * FIRST_STEPS_COST / INRUN_COST_SHARE), 2 * n_arms * (1 + MIN_ROUNDS))
+    if run_steps >= need:
+        return True, f"the run's {run_steps} steps can repay an in-run probe (>= {need})"
+    return False, (f"the run's {run_steps} steps cannot repay an in-run probe of {n_arms - 1} candidate(s): "
+                   f"their first steps alone cost ~{FIRST_STEPS_COST:g} steps each, past {INRUN_COST_SHARE:.0%} of "
+                   f"the run before a round is timed (a run of >= {need} steps is probed)")
 
 
 def schedule(arms: list[str], plan: InRunPlan) -> list[tuple[str, int]]:
@@ -241,8 +265,12 @@ class InRunProbe:
 def inrun_policy(ctx: TrainContext, arms: list[str], caps: dict[str, Capability], gated: dict[str, str],
                  not_tried: str, resolved: Callable[[TrainContext, str], None]) -> tuple[InRunProbe | None, str]:
     """``(probe, why)``: the step policy that probes ``arms`` on the run's own first steps and records its decision
-    in ``details["precision"]["auto"]`` (then ``resolved(ctx, choice)``); ``(None, why)`` when the run is too short
-    for it (:func:`inrun_plan`)."""
+    in ``details["precision"]["auto"]`` (then ``resolved(ctx, choice)``; a decision on whole rounds on a quiet
+    machine is stored for later short runs of the model: :func:`lab.precision.unprobed.save_probe`); ``(None, why)``
+    when the run is too short to repay it (:func:`probe_pays`, :func:`inrun_plan`)."""
+    pays, short = probe_pays(ctx.total_steps(), len(arms))
+    if not pays:
+        return None, short
     plan, why = inrun_plan(ctx.total_steps(), len(arms))
     if plan is None:
         return None, why
@@ -252,12 +280,16 @@ def inrun_policy(ctx: TrainContext, arms: list[str], caps: dict[str, Capability]
     def on_decided(choice: str, record: dict[str, Any]) -> None:
         record.update(gated=gated, min_gain=AUTO_MIN_GAIN, cost_share_max=INRUN_COST_SHARE, plan_why=why,
                       why=record["why"] + not_tried)
+        record["decided_by"] = "in-run probe"
         ctx.result.details.setdefault("precision", {})["auto"] = record
         ctx.result.why.append(record["why"])
+        if record["rounds"] >= MIN_ROUNDS and not (record.get("contention") or {}).get("busy"):
+            save_probe(ctx, record)  # for the next run of this model too short to be probed
         resolved(ctx, choice)
 
     return InRunProbe(policies, {a: caps[a] for a in arms if a != "fp32"}, plan, device=ctx.device,
                       on_decided=on_decided), why
 
 
-__all__ = ["INRUN_COST_SHARE", "InRunPlan", "InRunProbe", "RULE_INRUN", "inrun_plan", "inrun_policy", "schedule"]
+__all__ = ["FIRST_STEPS_COST", "INRUN_COST_SHARE", "InRunPlan", "InRunProbe", "RULE_INRUN", "inrun_plan",
+           "inrun_policy", "probe_pays", "schedule"]

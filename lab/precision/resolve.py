@@ -26,8 +26,9 @@ def policy_for(ctx: TrainContext, model: nn.Module, lr: float, *, phase: str = "
 
     ``phase="train"`` (the main training fit of a single-process run, not checkpointed): ``auto`` is decided on
     the run's own first steps (:mod:`lab.precision.inrun`), and what is returned is that probe's step policy,
-    which becomes the chosen dtype's once it has decided. Elsewhere, and for a run too short for it, the copy
-    probe below decides before training."""
+    which becomes the chosen dtype's once it has decided; a run too short to repay that probe is not probed
+    (:mod:`lab.precision.unprobed`: a stored probe of the model, the machine card, or fp32). Elsewhere the copy
+    probe decides before training."""
     cfg, dev = ctx.cfg.precision, ctx.device
     if "precision.dtype" not in ctx.state:
         rec = ctx.result.details.setdefault("precision", {})
@@ -39,9 +40,10 @@ def policy_for(ctx: TrainContext, model: nn.Module, lr: float, *, phase: str = "
                 probing, declined = inrun_policy(ctx, arms, caps, gated, not_tried, _resolved)
                 if probing is not None:
                     return probing
-            choice, rec["auto"] = resolve_auto(ctx, model, lr)
-            if phase == "train" and _in_run_allowed(ctx) and len(arms) > 1:
-                rec["auto"]["why"] += f"; not probed in the run either: {declined}"
+                # too short to repay a probe on its own steps, so (at 3 %) for the copy probe too: why is the in-run's
+                choice, rec["auto"] = resolve_auto(ctx, model, lr, short=declined)
+            else:
+                choice, rec["auto"] = resolve_auto(ctx, model, lr)
             ctx.result.why.append(rec["auto"]["why"])
         _resolved(ctx, choice)
     return PrecisionPolicy(dtype=ctx.state["precision.dtype"], device_type=dev.type, fp32_modules=cfg.fp32_modules)

@@ -61,7 +61,7 @@ def test_per_arm_projection_is_said_the_seeds_way():
                            "loss_unit": "pt"}])
     text = format_projection({"baseline": b, "fast": arm}, table)
     assert text.splitlines()[1].startswith(f"baseline {b['total_s']:.3g} s -> fast {arm['total_s']:.3g} s [")
-    assert "accuracy -0.2 pt [-0.4, +0]" in text
+    assert "accuracy -0.2 pt [-0.4, 0]" in text
 
 
 def test_time_to_target_ratio_per_arm_with_never_reached_said():
@@ -149,7 +149,7 @@ def test_the_headline_says_end_to_end_first_with_the_per_step_ratio_and_memory_b
     said = seeds_way(table, times)  # default: the fastest arm end to end
     b, f = times["baseline"]["total_s"], times["fast"]["total_s"]
     assert said.startswith(f"baseline {b:.3g} s -> fast {f:.3g} s [")
-    assert said.endswith("end to end (per step 1.80x [1.60, 2.00]), accuracy -0.2 pt [-0.4, +0], "
+    assert said.endswith("end to end (per step 1.80x [1.60, 2.00]), accuracy -0.2 pt [-0.4, 0], "
                          "peak memory 410 -> 380 MB")
     slow_said = seeds_way(table, times, arm="slow")  # no per-step figure, no accuracy: left out, not "nan"
     assert "nan" not in slow_said and "per step" not in slow_said and slow_said.endswith("410 -> 500 MB")

@@ -16,7 +16,7 @@ from lab.config import FAMILIES, PruneConfig, RunConfig
 from lab.config.flags import ALIASES, ALLOWED, CHOICES, RENAMED
 
 #: Subcommands whose ``--json`` takes an optional PATH.
-JSON_COMMANDS = ("run", "doctor", "project", "crossover", "threads", "machine")
+JSON_COMMANDS = ("run", "doctor", "project", "crossover", "threads", "machine", "recommend")
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -174,3 +174,21 @@ def test_crossover_json_bare_prints_the_map_and_a_path_writes_it(tmp_path, monke
     printed = capsys.readouterr().out
     assert printed.splitlines()[-1] == f"wrote {out}" and len(printed.splitlines()) > 1
     assert len(lab.crossover.load_map(out)["rows"]) == len(the_map["rows"])
+
+
+def test_no_help_line_offers_an_empty_list_of_choices():
+    """``ablate --recipe``'s help read "one of (default: stacked)": the recipe registry was still empty when the
+    parser was built, in a fresh process (a test process that had imported lab.recipes hid it). So: a fresh one."""
+    import re
+    import subprocess
+    import sys
+
+    code = ("import json, argparse; from lab.cli import build_parser; p = build_parser(); "
+            "subs = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices; "
+            "print(json.dumps({f'{n} {a.option_strings[0]}': a.help for n, s in subs.items() for a in s._actions "
+            "if a.option_strings and isinstance(a.help, str)}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    helps = json.loads(out.stdout.strip().splitlines()[-1])
+    empty = {flag: h for flag, h in helps.items() if re.search(r"(one of|of:|allowed:)\s*(\(|\)|,|$)", h)}
+    assert not empty, empty
+    assert "stacked, top_stack" in helps["ablate --recipe"]

@@ -34,7 +34,8 @@ def test_every_family_is_one_registered_technique_in_the_stated_order(toy_worklo
     assert set(summaries) == set(FAMILY_ORDER) and summaries["precision"]["resolved"] == "fp32"
     assert summaries["compute"] == {"fused_optimizer": False, "fast_kernels": False, "compile": False}
     assert result.details["steps"]["train"] == {"optimizer": "Adam", "fused": False, "precision": "fp32",
-                                                "compiled": False, "ddp": False, "loader": "InMemoryLoader"}
+                                                "compiled": False, "ddp": False, "loader": "InMemoryLoader",
+                                                "micro_batches": 1}
 
 
 class Recorder(Technique):

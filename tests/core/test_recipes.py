@@ -55,6 +55,14 @@ def test_stacked_contains_the_seeds_combinations(base):
     assert cfg.precision.dtype == "bf16" and cfg.prune.amount == 0.5
 
 
+def test_stacked_measures_fast_kernels_where_the_workload_has_them(base):
+    """The doctor prescribes a workload's fast kernels, so the default ablation (the one the recommendation card
+    reads) measures them where they exist, and leaves them out where asking would be refused."""
+    assert "fast_kernels" not in stacked(base, include_emulated=True).arms  # the toy workload has none
+    ctr = stacked(base.with_overrides(workload="ctr"), include_emulated=True)
+    assert ctr.arms["fast_kernels"].compute.fast_kernels and ctr.techniques["fast_kernels"] == ("fast_kernels",)
+
+
 def test_two_stacks_under_one_name_never_share_stored_rows(base):
     a = from_techniques("custom", base, [["bf16"]])
     b = from_techniques("custom", base, [["prune50"]])

@@ -135,7 +135,7 @@ def test_discovered_pages_get_tabs_and_a_broken_one_shows_its_error(tmp_path, mo
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, at.exception
     labels = [t.label for t in at.tabs]
-    assert labels[:5] == ["Ablation", "Runs", "Scaling", "Loading", "Report"]  # short TAB labels
+    assert labels[:5] == ["Ablation", "Doctor", "Where it pays", "Loading", "Threads"]  # short TAB labels
     assert labels[-2:] == ["Hello page", "zz oops"]
     assert any(m.value == "hello from a page" for m in at.tabs[-2].markdown)
     assert "failed to import" in at.tabs[-1].error[0].value and "no_such_module_here" in at.tabs[-1].error[0].value
@@ -210,8 +210,9 @@ def test_data_loading_page_measures_the_loaders_in_the_background_worker(private
         at.run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    table = _frame_with(at, "loader")
-    assert list(table["loader"]) == ["naive", "thread"]
+    table = _frame_with(at, "Loader")
+    assert list(table["Loader"]) == ["naive", "thread"]
+    assert table["Data wait in the median step (ms)"].ne("").all()  # the chart's figure, named
     assert "dl_phases" in _chart_ids(at) and "dl_timeline" in _chart_ids(at)
     with ResultStore(private_store) as store:
         done = jobs.job(store, job["key"])

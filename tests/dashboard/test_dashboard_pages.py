@@ -22,9 +22,11 @@ from lab.config import DataConfig  # noqa: E402
 
 DASH = Path(__file__).resolve().parents[2] / "dashboard"
 APP = str(DASH / "app.py")
-BUILT_IN = ["Ablation", "Stored runs", "Scaling model", "Data loading", "Performance report"]
+BUILT_IN = ["Ablation", "Doctor", "Where does it pay?", "Data loading", "Workers vs threads", "Full run",
+            "Scaling model", "Machine", "Stored runs", "Performance report"]
 #: Their tab labels (``TAB``): short, so the row fits at 1280 px (tests/e2e/test_browser.py measures it).
-BUILT_IN_TABS = ["Ablation", "Runs", "Scaling", "Loading", "Report"]
+BUILT_IN_TABS = ["Ablation", "Doctor", "Where it pays", "Loading", "Threads", "Full run", "Scaling", "Machine", "Runs",
+                 "Report"]
 
 
 def _pages_module(monkeypatch):
@@ -42,8 +44,8 @@ def test_every_tab_is_a_page_module_with_a_title_and_render_in_the_tabs_order(mo
     loader = _pages_module(monkeypatch)
     pages = loader.discover()
     assert [p.error for p in pages] == [None] * len(pages)
-    assert [p.path.stem for p in pages[:5]] == list(loader.ORDER)
-    assert [p.title for p in pages[:5]] == BUILT_IN  # the Ablation tab first, as before the move
+    assert [p.path.stem for p in pages[:10]] == list(loader.ORDER)
+    assert [p.title for p in pages[:10]] == BUILT_IN  # the Ablation tab first, then what a person asks next
     assert {p.path.name for p in pages} == {p.name for p in DASH.glob("page_*.py")}
     for page in pages:
         source = ast.parse(page.path.read_text())
@@ -54,7 +56,7 @@ def test_every_tab_is_a_page_module_with_a_title_and_render_in_the_tabs_order(mo
         assert not functions["render"].args.args, f"{page.path.name}: render() takes no arguments"
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, at.exception
-    assert [p.tab for p in pages[:5]] == BUILT_IN_TABS
+    assert [p.tab for p in pages[:10]] == BUILT_IN_TABS
     assert all(len(p.tab) <= 14 for p in pages), [p.tab for p in pages]  # a long label scrolls the row
     assert [t.label for t in at.tabs] == [p.tab for p in pages]  # app.py draws exactly the page list
 

@@ -54,3 +54,15 @@ def test_a_low_bit_arm_steps_torchaos_optimizer_and_the_map_does_not_time_it():
     with pytest.raises(NotTimed, match="fused Adam"):
         apply_options(bench, fused, "adam8bit")
     assert not {"checkpoint_blocks", "adam8bit", "adam4bit"} & set(MAP_TECHNIQUES)
+
+
+def test_an_accumulating_arm_runs_the_fixed_batch_as_micro_batches():
+    bench = make_bench(get_workload("mlp"), "xs", batch_size=8)
+    arm = apply_options(bench, base_arm(bench, TRAIN), "accum4")
+    assert arm.micro_batches == 4 and arm.notes == ["4 micro-batches"] and arm.model is bench.model
+    rows = []
+    arm.model.register_forward_pre_hook(lambda _, args: rows.append(len(args[0])))
+    timed(bench, arm)()
+    assert rows == [2, 2, 2, 2]  # the fixed batch of 8, four forwards of 2 rows
+    with pytest.raises(NotTimed, match="training only"):
+        apply_options(bench, base_arm(bench, INFER), "accum4")

@@ -205,3 +205,73 @@ def test_every_family_has_its_own_details_figures_and_sentences():
     assert "asked auto, trained in fp32" in notes and "auto chose fp32" in notes
     assert "280 kB -> 143 kB (2x smaller)" in notes and "1.7x fewer MACs" in notes
     assert "effective batch 256 = 64 per rank x 2 ranks x 2 accumulation step(s)" in notes
+
+
+def test_the_tables_accuracy_column_names_the_metric_its_direction_and_reads_as_a_change():
+    """ctr's metric is AUC and a negative loss is a gain: the column says "AUC change ... higher is better" and
+    a loss of 4.1 pt reads -4.1, a gain +0.66 (issue 44: the page said "accuracy loss" and "-4.1 pt" for a gain)."""
+    from lab.plots import ablation_table
+
+    df = _ablation_table()
+    df["metric_name"], df["loss_unit"] = "auc", "pt"
+    df.loc[1, ["acc_loss_pt", "acc_loss_lo", "acc_loss_hi"]] = [4.1, 3.0, 5.0]
+    t = ablation_table(df).set_index("Arm")
+    col = "AUC change (pt, 95 % CI; higher is better)"
+    assert t.loc["fast", col] == "-4.1 [-5, -3]" and t.loc["baseline", col] == "+0"
+    df.loc[1, ["acc_loss_pt", "acc_loss_lo", "acc_loss_hi"]] = [-0.66, -0.9, -0.4]
+    assert ablation_table(df).set_index("Arm").loc["fast", col] == "+0.66 [+0.4, +0.9]"
+    df["metric_name"], df["loss_unit"] = "loss", "loss"  # a lower-is-better metric keeps its units and sign
+    df.loc[1, ["acc_loss_pt", "acc_loss_lo", "acc_loss_hi"]] = [0.02, 0.01, 0.03]
+    t = ablation_table(df).set_index("Arm")
+    assert t.loc["fast", "loss change (95 % CI; lower is better)"] == "+0.02 [+0.01, +0.03]"
+
+
+def test_the_full_run_has_whiskers_on_its_stacked_bars_and_a_table_at_three_digits():
+    from lab.plots.projection import full_run_bars, projection_table
+
+    rows = [{"arm": "baseline", "full run (s)": 21.4785, "lo": 20.7698, "hi": 22.4373, "training steps (s)": 21.4586,
+             "evaluations (s)": 0.0, "one-off costs (s)": 0.0199, "peak memory (MB)": 426.2227, "runs": 3,
+             "steps": 2560},
+            {"arm": "prune50+int8_eager", "full run (s)": 20.0, "lo": 19.0, "hi": 20.0, "training steps (s)": 18.5,
+             "evaluations (s)": 0.5, "one-off costs (s)": 1.0, "peak memory (MB)": None, "runs": 3, "steps": 2560}]
+    fig = full_run_bars(rows, "s")
+    assert [t.name for t in fig.data] == ["training steps", "evaluations", "one-off costs"]
+    assert fig.layout.barmode == "stack" and list(fig.data[0].x) == ["baseline", "prune50+int8_eager"]  # names whole
+    whisker = fig.data[-1].error_y  # on the top of the stack: the whole run's interval
+    assert list(whisker.array) == pytest.approx([22.4373 - 21.4785, 0.0])
+    assert list(whisker.arrayminus) == pytest.approx([21.4785 - 20.7698, 1.0])
+    t = projection_table(rows, "s").set_index("Arm")
+    assert t.loc["baseline", "Full run (s, 95 % CI)"] == "21.5 [20.8, 22.4]"
+    assert t.loc["baseline", "Peak memory (MB)"] == "426" and t.loc["prune50+int8_eager", "Peak memory (MB)"] == ""
+    assert t.loc["baseline", "One-off costs (s)"] == "0.0199" and t.loc["baseline", "Steps"] == "2560"
+
+
+def test_where_it_pays_tables_read_in_words_and_three_digits():
+    from lab.plots.scale import crossover_table, placement_table
+
+    (row,) = placement_table([{"technique": "prune_channels50+int8_static", "axis": "inference",
+                               "predicted_speedup": 2.9156, "pays": True, "loo_error": 0.4692}])
+    assert row == {"Technique": "prune_channels50+int8_static", "Axis": "inference", "Predicted speedup (x)": "2.92",
+                   "Pays": "yes", "Fit's error on a held-out rung": "47 %"}
+    (c,) = crossover_table([{"workload": "ctr", "technique": "bf16", "axis": "train_step", "measured_params": 209434,
+                             "measured_rung": "s", "predicted_params": 202005.69, "predicted_rung": "s",
+                             "within_one_rung": True}])
+    assert c["Axis"] == "training step" and c["Measured at (params)"] == "209,434" and c["Predicted at (params)"] \
+        == "202,006" and c["Prediction within one rung"] == "yes"
+    assert not any("_" in k for k in [*row, *c])  # no snake_case header
+
+
+def test_the_loading_table_reads_the_chart_s_median_step_beside_the_share_of_all_time():
+    """Both figures from the same measured steps, each named for what it is: a median step that waits 1 ms, and a
+    share of all measured time that one long stall makes large (the page said "waits 20.6 %" beside ~1 ms)."""
+    from lab.plots.data import loader_row, phase_bars
+    from lab.result import RunResult
+
+    wait = [50.0] + [1.0] * 9  # the first measured step stalls on an empty buffer
+    res = RunResult(run_id="x" * 32, config={}, env={}, step_times_ms={"total": [w + 18.0 for w in wait],
+                                                                 "data_wait": wait}, warmup_steps=0)
+    row = loader_row("thread", res)
+    assert row["Median step (ms)"] == "19" and row["Data wait in the median step (ms)"] == "1"
+    assert row["Data wait, share of all measured time"] == f"{100 * 59 / (59 + 180):.1f} %"
+    fig = phase_bars({"thread": {p: res.measured_ms(p) for p in res.step_times_ms}}, skip=0)
+    assert fig.data[0].name == "data_wait" and list(fig.data[0].y) == [1.0]  # the chart's slice is the table's

@@ -7,6 +7,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("plotly")
 
@@ -124,3 +126,17 @@ def test_a_goal_met_on_the_point_only_is_its_own_status_in_the_figure_and_the_ta
     assert points[("cpu-2c", "quantization: vision int8")][3] == "met"
     table = report_table(report_frame({"cpu-2c": {"hardware_id": "cpu-2c", "env": {}, "rows": [shaky, firm]}}))
     assert list(table["met"]) == ["met, point only", "met"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(parts=st.lists(st.text(alphabet="abcdefghij0123456789()", min_size=1, max_size=9), min_size=1, max_size=6),
+       seps=st.lists(st.sampled_from(["-", " "]), min_size=6, max_size=6), width=st.integers(10, 30))
+def test_a_facet_title_wraps_within_its_column_and_keeps_every_character(parts, seps, width):
+    """The report's hardware titles printed over each other at 1280 px (three ids with their CPU names on one line):
+    each is wrapped at spaces or after hyphens, no line longer than its column unless one word is."""
+    from lab.plots.report import _wrapped
+
+    text = "".join(p + s for p, s in zip(parts, seps, strict=False)).rstrip(" -") or "x"
+    lines = _wrapped(text, width).split("<br>")
+    assert all(len(line) <= width or " " not in line and line.count("-") <= 1 for line in lines)
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "")

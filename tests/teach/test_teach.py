@@ -108,3 +108,15 @@ def test_lab_solutions_swaps_a_stub_for_the_reference_by_name(monkeypatch):
     assert teach.use_solution(bf16_round) is bf16_round
     with pytest.raises(NotImplementedError):
         C.bf16_round(teach.use_solution(bf16_round))
+
+
+def test_the_doctor_exercise_fails_the_speed_up_the_largest_class_rule():
+    """The notebook's own numbers (matmul 60 %: bf16 x2 wins) let "speed up the largest class" pass; the checker's
+    second case, where the largest class is matmul yet a big rate on two smaller classes wins, does not."""
+    def largest_class(shares, rates):
+        top = max(shares, key=shares.get)
+        return max(rates, key=lambda t: rates[t].get(top, 1.0))
+
+    assert largest_class(SHARES, TECHS) == C.best_technique(S.best_technique, SHARES, TECHS)  # passes the first
+    with pytest.raises(AssertionError, match="the largest class is not always the one to speed up"):
+        C.best_technique(largest_class, SHARES, TECHS)

@@ -1,0 +1,96 @@
+"""The doctor's diagnoses kept in the results store, so a prediction outlives the page or the command that made
+it: the dashboard's Doctor tab lost its diagnosis on every reload, and ``python -m lab recommend`` could not see
+one made by ``python -m lab doctor``. One row per diagnosis (its workload, size, machine and time, and its
+:meth:`~lab.doctor.diagnosis.Diagnosis.to_dict`); the recommendation card reads the newest of its workload and size
+measured on this machine (:func:`last_diagnosis`), as a :class:`StoredDiagnosis`: what the card needs, not the
+profiled run behind it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lab.doctor.amdahl import Prediction
+
+if TYPE_CHECKING:
+    from lab.doctor.diagnosis import Diagnosis
+    from lab.store import ResultStore
+
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS diagnoses (id INTEGER PRIMARY KEY AUTOINCREMENT, workload TEXT NOT NULL, "
+           "size TEXT NOT NULL, hardware_id TEXT NOT NULL, threads INTEGER, created REAL NOT NULL, "
+           "diagnosis_json TEXT NOT NULL)")
+
+
+@dataclass(frozen=True)
+class StoredCfg:
+    """The configuration a stored diagnosis was made for, as far as the card reads it."""
+
+    workload: str
+    size: str
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredDiagnosis:
+    """A diagnosis read back from the store: its predictions, rates' source and machine (the card's inputs)."""
+
+    cfg: StoredCfg
+    hardware_id: str
+    rate_source: str
+    predictions: list[Prediction] = field(default_factory=list)
+    created: float = 0.0
+
+    def age_text(self) -> str:
+        minutes = max(0.0, time.time() - self.created) / 60
+        return f"{minutes:.0f} min ago" if minutes < 120 else f"{minutes / 60:.0f} h ago"
+
+
+def save_diagnosis(store: ResultStore, d: Diagnosis) -> None:
+    """Keep ``d`` in ``store`` (its own table, created on first use)."""
+    row = (d.cfg.workload_spec or d.cfg.workload, d.cfg.size, d.hardware_id, d.cfg.threads, time.time(),
+           json.dumps(d.to_dict(), default=str))
+    with store.transaction() as conn:
+        conn.execute(_SCHEMA)
+        conn.execute("INSERT INTO diagnoses (workload, size, hardware_id, threads, created, diagnosis_json) "
+                     "VALUES (?, ?, ?, ?, ?, ?)", row)
+
+
+def keep(d: Diagnosis, store_path: str | None = None) -> str | None:
+    """Save ``d`` in the store at ``store_path`` (default: ``$LAB_RESULTS_DB`` or ``results/lab.sqlite``); a
+    store that cannot be written is a warning (returned), never the end of a diagnosis that already ran."""
+    from lab.store import ResultStore
+
+    try:
+        with ResultStore(store_path) as store:
+            save_diagnosis(store, d)
+    except (ValueError, OSError, sqlite3.Error) as exc:
+        return f"the diagnosis was not stored ({exc}): the recommendation card will not see it"
+    return None
+
+
+def _prediction(data: dict[str, Any]) -> Prediction:
+    known = {f.name for f in dataclasses.fields(Prediction)}
+    return Prediction(**{k: v for k, v in data.items() if k in known})
+
+
+def last_diagnosis(store: ResultStore, workload: str, size: str, hardware_id: str) -> StoredDiagnosis | None:
+    """The newest diagnosis of ``workload`` at ``size`` made on ``hardware_id`` (None: none stored)."""
+    try:
+        rows = store.query("SELECT threads, created, diagnosis_json FROM diagnoses WHERE workload = ? AND size = ? "
+                           "AND hardware_id = ? ORDER BY created DESC LIMIT 1", (workload, size, hardware_id))
+    except sqlite3.OperationalError:  # a store that never held a diagnosis
+        return None
+    if not rows:
+        return None
+    threads, created, text = rows[0]
+    data = json.loads(text)
+    return StoredDiagnosis(cfg=StoredCfg(workload, size, threads), hardware_id=hardware_id,
+                           rate_source=str(data.get("rate_source") or "stored"), created=float(created),
+                           predictions=[_prediction(p) for p in data.get("predictions") or []])
+
+
+__all__ = ["StoredCfg", "StoredDiagnosis", "keep", "last_diagnosis", "save_diagnosis"]

@@ -1,0 +1,121 @@
+"""``--memory-budget MB`` on ``lab run`` (lab.ablation.memory_budget): the search over the memory levers that keep
+the batch picks the fastest measured configuration that fits, skips what can only cost more, refuses a lever once,
+halves the batch only as a fallback, and refuses a budget nothing meets in one line naming the smallest peak. A
+planted measure (peaks and times as a function of the config) pins the logic; one real search on the tiny
+transformer checks that the chosen configuration's measured peak is under the budget."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lab.ablation.memory_budget import BudgetNotMet, candidates, chosen_config, fit_budget, format_budget
+from lab.cli import main
+from lab.config import RunConfig
+
+BASE = RunConfig(workload="mlp", size="tiny")
+
+
+def planted(calls: list[RunConfig], *, refuse_checkpoint: bool = False, batch_mb: float = 0.0):
+    """Peak: 100 MB less what each lever saves (accumulation 20 / 30, checkpointing 30, 8 / 4-bit state 15 / 20),
+    plus ``batch_mb`` per row above 8; step time: 10 ms plus what each lever costs (accumulation 1 / 4 ms,
+    checkpointing 2 ms, 8 / 4-bit state 8 / 9 ms)."""
+    def measure(cfg: RunConfig) -> dict:
+        calls.append(cfg)
+        m = cfg.memory
+        if refuse_checkpoint and m.checkpoint == "blocks":
+            raise ValueError("memory.checkpoint='blocks' is invalid for workload 'mlp': no blocks")
+        peak = 100 - {1: 0, 2: 20, 4: 30}[m.micro_batches] - (30 if m.checkpoint == "blocks" else 0) \
+            - {"fp32": 0, "int8": 15, "int4": 20}[m.optimizer_state] + batch_mb * max((cfg.batch_size or 64) - 8, 0)
+        ms = 10 + {1: 0, 2: 1, 4: 4}[m.micro_batches] + (2 if m.checkpoint == "blocks" else 0) \
+            + {"fp32": 0, "int8": 8, "int4": 9}[m.optimizer_state]
+        return {"peak_mb": peak, "step_ms": ms}
+    return measure
+
+
+def test_the_candidates_start_at_the_budget_free_config_and_try_low_bit_state_last():
+    cands = candidates(BASE)
+    assert cands[0].name == "baseline" and len(cands) == 18 and len({c.levels for c in cands}) == 18
+    assert [c.name for c in cands[1:4]] == ["accum2", "accum4", "checkpoint_blocks"]
+    first_low_bit = next(i for i, c in enumerate(cands) if c.last_resort)
+    assert all(c.last_resort for c in cands[first_low_bit:])
+    # a lever the config already sets is kept: no candidate goes below it
+    mine = candidates(BASE.with_overrides(**{"memory.checkpoint": "blocks"}))
+    assert len(mine) == 9 and all(c.overrides["memory.checkpoint"] == "blocks" for c in mine)
+    assert mine[0].name == "baseline" and "checkpoint_blocks" not in {o for c in mine for o in c.options}
+
+
+def test_the_search_picks_the_fastest_that_fits_not_the_first_and_skips_what_only_adds_levers():
+    calls: list[RunConfig] = []
+    found = fit_budget(BASE, 72, measure_fn=planted(calls), measure="roles")
+    c = found["chosen"]  # accum4 fits first (70 MB, 14 ms); checkpointing fits too and is faster (70 MB, 12 ms)
+    assert c["name"] == "checkpoint_blocks" and c["peak_mb"] == 70 <= 72
+    assert found["step_time_ratio"] == pytest.approx(12 / 10)
+    status = {r["name"]: r["status"] for r in found["candidates"]}
+    assert [r["name"] for r in found["candidates"] if r["status"] == "measured"] == \
+        ["baseline", "accum2", "accum4", "checkpoint_blocks"]
+    assert status["accum2+checkpoint_blocks"] == "skipped" and status["adam8bit"] == "skipped"
+    assert len(calls) == 4 and all(cfg.max_steps == 5 and cfg.latency_repeats == 0 for cfg in calls)
+    assert "fits with checkpoint_blocks (peak 70 MB, budget-free 100 MB)" in format_budget(found)
+    run_cfg = chosen_config(BASE, found)
+    assert run_cfg.memory.checkpoint == "blocks" and run_cfg.max_steps == BASE.max_steps  # not the try's
+    found = fit_budget(BASE, 85, measure_fn=planted([]), measure="roles")
+    assert found["chosen"]["name"] == "accum2" and found["step_time_ratio"] == pytest.approx(1.1)
+    assert fit_budget(BASE, 100, measure_fn=planted([]), measure="roles")["candidates"][0]["fits"]
+
+
+def test_a_refused_lever_is_refused_once_and_low_bit_state_is_tried_when_nothing_else_fits():
+    calls: list[RunConfig] = []
+    found = fit_budget(BASE, 55, measure_fn=planted(calls, refuse_checkpoint=True), measure="roles")
+    assert sum(c.memory.checkpoint == "blocks" for c in calls) == 1
+    refused = [r for r in found["candidates"] if r["status"] == "refused"]
+    assert len(refused) == 9 and all("checkpoint_blocks" in r["options"] for r in refused)
+    assert found["chosen"]["name"] == "accum4+adam8bit" and found["chosen"]["peak_mb"] == 55
+
+
+def test_a_budget_nothing_meets_is_one_line_naming_the_smallest_peak():
+    with pytest.raises(BudgetNotMet) as err:
+        fit_budget(BASE, 5, measure_fn=planted([]), measure="roles", batch="never")
+    msg = str(err.value)
+    assert "\n" not in msg and "smallest peak reached is 20 MB (accum4+checkpoint_blocks+adam4bit" in msg
+    assert "at least 20 MB" in msg
+
+
+def test_the_batch_is_halved_only_when_nothing_that_keeps_it_fits():
+    found = fit_budget(BASE, 30, measure_fn=planted([], batch_mb=0.5), measure="roles")
+    assert found["batch"] == {"from": 64, "to": 16} and found["chosen"]["batch_size"] == 16
+    assert found["chosen"]["name"] == "accum4+checkpoint_blocks+adam4bit"
+    assert chosen_config(BASE, found).batch_size == 16 and "the effective batch changes" in format_budget(found)
+    with pytest.raises(BudgetNotMet, match=r"smallest peak reached is 20 MB \(.* at batch 8"):
+        fit_budget(BASE, 5, measure_fn=planted([], batch_mb=0.5), measure="roles")
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "abc", "nan", "inf"])
+def test_a_bad_budget_is_one_line_before_any_work(bad, capsys, monkeypatch):
+    import lab.train
+
+    monkeypatch.setattr(lab.train, "run", lambda *a, **k: pytest.fail("trained despite a bad budget"))
+    assert main(["run", "--workload", "mlp", "--size", "tiny", "--no-store", f"--memory-budget={bad}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--memory-budget={bad} is invalid: allowed: a number of MB > 0" in err
+
+
+def test_a_real_search_runs_the_configuration_whose_measured_peak_fits(capsys):
+    base = RunConfig(workload="transformer", size="tiny", threads=1, max_steps=3, warmup_steps=1,
+                     latency_repeats=0, seed=0)
+    free = fit_budget(base, 1e6)  # the budget-free run fits any budget: its peak, no lever
+    assert free["chosen"] is free["baseline"] and len(free["candidates"]) == 1
+    peak = free["baseline"]["peak_mb"]
+    found = fit_budget(base, 0.7 * peak)
+    assert found["measure"] == "roles" and found["chosen"]["peak_mb"] <= 0.7 * peak
+    assert found["chosen"]["options"] and found["baseline"]["peak_mb"] == pytest.approx(peak, rel=1e-6)
+    roles = found["chosen"]["roles_mb"]
+    assert roles["saved_activations"] < found["baseline"]["roles_mb"]["saved_activations"]  # what the lever cut
+    code = main(["run", "--workload", "transformer", "--size", "tiny", "--threads", "1", "--max-steps", "3",
+                 "--warmup-steps", "1", "--latency-repeats", "0", "--no-store", "--no-progress",
+                 f"--memory-budget={0.7 * peak:.4f}"])
+    out = capsys.readouterr().out
+    own = re.search(r"the run's own peak ([0-9.]+) MB \(roles\), configuration (\S+)", out)
+    assert code == 0 and "fits with" in out and own, out
+    assert float(own[1]) <= 0.7 * peak and own[2] != "baseline"  # the run itself held what its try measured
