@@ -39,7 +39,7 @@ from lab.result import RunResult
 from lab.technique import Portable, TechniqueChain, default_chain
 
 #: The places that take one expression: two families of a stack filling one of them cannot be stitched.
-SINGLE = ("autocast", "backward", "step", "loader_class")
+SINGLE = ("autocast", "backward", "step", "loader_class", "optimizer", "placeholder")
 OPTIMIZERS = {"adam": "torch.optim.Adam({params}, lr=lr{kw})",
               "sgd": "torch.optim.SGD({params}, lr=lr, momentum=0.9{kw})"}  # lab.loop.make_optimizer
 #: Config fields the script takes as ``train``'s parameters (their config value is the default), not in its title.
@@ -275,8 +275,9 @@ def _indent(lines: Iterable[str], n: int) -> list[str]:
 
 def _fit(cfg: RunConfig, parts: dict[str, Portable]) -> list[str]:
     ps = list(parts.values())
-    optimizer = OPTIMIZERS[cfg.optimizer].format(params="[p for p in model.parameters() if p.requires_grad]",
-                                                 kw=_kwargs(kv for p in ps for kv in p.optimizer_kwargs))
+    optimizer = next((p.optimizer for p in ps if p.optimizer), OPTIMIZERS[cfg.optimizer]).format(
+        params="[p for p in model.parameters() if p.requires_grad]",
+        kw=_kwargs(kv for p in ps for kv in p.optimizer_kwargs))
     autocast = next((p.autocast for p in ps if p.autocast), None)
     backward = next((p.backward for p in ps if p.backward), "loss.backward()")
     step = [line for p in ps for line in p.step] or ["optimizer.step()"]
@@ -364,7 +365,9 @@ def _main(cfg: RunConfig, parts: dict[str, Portable]) -> list[str]:
              "    torch.manual_seed(0)",
              f"    features = torch.randn({8 * batch}, 32)",
              "    data = TensorDataset(features, features[:, :10].argmax(1))  # 10 classes",
-             "    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))",
+             "    model = " + next((p.placeholder for p in parts.values() if p.placeholder),
+                              "nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), "
+                              "nn.Linear(64, 10))"),
              "    model, losses = train(model, nn.functional.cross_entropy, data, epochs=1)",
              "    print(f\"trained {len(losses)} steps: loss {losses[0]:.3f} -> {losses[-1]:.3f}\")"]
     if any(p.inference for p in parts.values()):

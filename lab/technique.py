@@ -17,7 +17,8 @@ without knowing any family by name. The stages of a run, in order (docs/architec
     portable(cfg, run) -> Portable outside a run: the family's part of the plain-PyTorch script (lab.portable)
 
 Why a launcher apart: starting the run's processes, joining and leaving their group and wrapping the model for
-them concern one family (data-parallel), not every family's step, so they are not stages every family carries
+them concern the families that run on several processes (data-parallel; memory's FSDP2, which reuses the
+data-parallel launcher and replaces its wrap), not every family's step, so they are not stages every family carries
 (torchtitan keeps parallelism apart from its narrow ``ModelConverter`` protocol). A :class:`Launcher` is the
 strategy the run uses for them; the run takes the one :meth:`TechniqueChain.launcher` picks::
 
@@ -153,7 +154,8 @@ class Portable:
     the step), and every family changes it at the same few points a run does (the loader, the optimizer, the step's
     autocast / backward / optimizer step, after training, for inference), so the families' parts stitch in
     :data:`lab.registry.FAMILY_ORDER` without knowing each other. A place that takes one expression (``autocast``,
-    ``backward``, ``step``, ``loader_class``, ``inference``) may be filled by one family of a stack only.
+    ``backward``, ``step``, ``loader_class``, ``optimizer``, ``placeholder``, ``inference``) may be filled by one
+    family of a stack only.
 
     The script's names a part may use: in ``train``: ``model``, ``loss_fn``, ``train_set``, ``epochs``,
     ``batch_size``, ``lr``, ``seed``, ``shuffle``, ``device``, ``loader``, ``losses``, ``fit``; in ``fit``:
@@ -169,6 +171,7 @@ class Portable:
     loader_class: str | None = None  # a helper with DataLoader's keywords that replaces DataLoader
     wrap: tuple[str, ...] = ()  # in train(), after the loader, before the main fit (DDP)
     optimizer_kwargs: tuple[tuple[str, str], ...] = ()  # (keyword, expression) of the optimizer
+    optimizer: str | None = None  # replaces the optimizer: an expression of ``{params}`` and ``lr`` (torchao's)
     fit_setup: tuple[str, ...] = ()  # in fit(), after the optimizer and ``forward = model`` (a scaler, a compile)
     epoch_start: tuple[str, ...] = ()  # in fit(), at the start of every epoch
     autocast: str | None = None  # the context manager of forward + loss (only those)
@@ -178,6 +181,7 @@ class Portable:
     after_training: tuple[str, ...] = ()  # in train(), after the main fit: prune + fine-tune, QAT
     inference: tuple[str, ...] = ()  # the body of for_inference(model, calibration_set, *, batch_size)
     launch: str | None = None  # how to start the script when it is not ``python FILE`` (``{file}``: its name)
+    placeholder: str | None = None  # the ``__main__`` block's placeholder model where the base one cannot run
     notes: tuple[str, ...] = ()  # header lines: what the lab does that this part leaves out, and why
 
 

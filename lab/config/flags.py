@@ -49,7 +49,7 @@ ALLOWED: dict[str, Any] = {
     "quant.method": QuantConfig.METHODS, "quant.flow": QuantConfig.FLOWS, "quant.observer": QuantConfig.OBSERVERS,
     "quant.reduce_range": QuantConfig.REDUCE_RANGE, "ddp.backend": DDPConfig.BACKENDS, "ddp.shard": DDPConfig.SHARDS,
     "ddp.shard_order": DDPConfig.SHARD_ORDERS, "memory.checkpoint": MemoryConfig.CHECKPOINTS,
-    "memory.optimizer_state": MemoryConfig.OPTIMIZER_STATES, **CHOICES,
+    "memory.optimizer_state": MemoryConfig.OPTIMIZER_STATES, "memory.shard": MemoryConfig.SHARDS, **CHOICES,
 }
 
 

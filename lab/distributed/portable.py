@@ -29,10 +29,14 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
         raise NotPortable(f"ddp.shard={dc.shard!r}: per-rank shards cut {dc.shard} are the lab's sharding study, "
                           "not written out by the recipe (DistributedSampler deals strided shares)")
     backend = "\"gloo\" if device.type == \"cpu\" else \"nccl\"" if dc.backend == "auto" else repr(dc.backend)
+    # A sharded run (memory.shard, FSDP2) wraps the model in the memory family's part, as its launcher does in a
+    # run: this part starts the ranks, deals the data and leaves the group, and writes no DDP.
+    sharded = cfg.memory.shard != "none"
     bucket = "" if dc.bucket_cap_mb == 25.0 else f", bucket_cap_mb={dc.bucket_cap_mb!r}"
     return Portable(
         comment=f"data-parallel over {dc.world_size} ranks: torchrun starts them, DistributedSampler deals each its "
-                "share, DDP all-reduces the gradients during backward",
+                "share, " + ("FSDP2 (the memory part) shards the model" if sharded else
+                             "DDP all-reduces the gradients during backward"),
         imports=("import datetime", "import os", "import torch.distributed as dist",
                  "from torch.nn.parallel import DistributedDataParallel as DDP",
                  "from torch.utils.data.distributed import DistributedSampler"),
@@ -45,12 +49,13 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
                "sampler = DistributedSampler(train_set, shuffle=shuffle, seed=seed, drop_last=True) if distributed "
                "else None"),
         loader_kwargs=(("shuffle", "shuffle and sampler is None"), ("sampler", "sampler")),
-        wrap=("if distributed:  # after the loader, before the optimizer sees the parameters",
-              f"    model = DDP(model, device_ids=[device.index] if device.type == \"cuda\" else None{bucket})"),
+        wrap=() if sharded else (
+            "if distributed:  # after the loader, before the optimizer sees the parameters",
+            f"    model = DDP(model, device_ids=[device.index] if device.type == \"cuda\" else None{bucket})"),
         epoch_start=("if isinstance(getattr(loader, \"sampler\", None), DistributedSampler):",
                      "    loader.sampler.set_epoch(epoch)  # a new order every epoch, the same on every rank"),
         unwrap=("if distributed:",
-                "    model, rank = model.module, dist.get_rank()",
+                "    rank = dist.get_rank()" if sharded else "    model, rank = model.module, dist.get_rank()",
                 "    dist.barrier()",
                 "    dist.destroy_process_group()",
                 "    if rank != 0:",

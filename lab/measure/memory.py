@@ -104,9 +104,14 @@ class MemorySampler:
 
 
 def _leaves(obj: Any) -> Iterator[torch.Tensor]:
-    """The plain tensors inside ``obj``: a tensor, a tensor subclass's inner tensors (``__tensor_flatten__``), or
-    the tensors of a (nested) dict / list / tuple; anything else holds none."""
+    """The plain tensors inside ``obj``: a tensor, a tensor subclass's inner tensors (``__tensor_flatten__``), a
+    ``DTensor``'s local shard (what this rank holds), or the tensors of a (nested) dict / list / tuple; anything
+    else holds none."""
     if isinstance(obj, torch.Tensor):
+        dtensor = sys.modules.get("torch.distributed.tensor")  # imported by whoever made one, else none exists
+        if dtensor is not None and isinstance(obj, dtensor.DTensor):  # a sharded parameter (FSDP2): this rank's part
+            yield from _leaves(obj.to_local())
+            return
         flatten = getattr(type(obj), "__tensor_flatten__", None)
         if flatten is not None and type(obj) is not torch.Tensor and not isinstance(obj, torch.nn.Parameter):
             for name in flatten(obj)[0]:
@@ -142,6 +147,11 @@ class ByteCount:
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
         self._spans: dict[int, list[tuple[int, int]]] = {}
         self._excluded = {s[0] for t in _leaves(list(exclude)) if (s := _span(t)) is not None}
+
+    def exclude(self, *objs: Any) -> ByteCount:
+        """Leave out the storages of ``objs`` from now on."""
+        self._excluded.update(s[0] for t in _leaves(list(objs)) if (s := _span(t)) is not None)
+        return self
 
     def add(self, *objs: Any) -> ByteCount:
         for t in _leaves(list(objs)):
@@ -190,20 +200,26 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 class SavedTensorBytes:
     """Within ``with``: the distinct bytes of the tensors autograd saves for backward
-    (``torch.autograd.graph.saved_tensors_hooks``), storages in ``exclude`` (the parameters) left out, plus what
-    :meth:`note` adds. Why :meth:`note`: a non-reentrant activation checkpoint saves nothing through the hooks
+    (``torch.autograd.graph.saved_tensors_hooks``), storages in ``exclude`` (the parameters) left out, and those
+    of ``live``'s parameters as they are registered at each save (FSDP2 registers a block's all-gathered full
+    parameters only while it runs: a view of one saved for backward is a parameter's bytes, not an activation's),
+    plus what :meth:`note` adds. Why :meth:`note`: a non-reentrant activation checkpoint saves nothing through the hooks
     while its block runs (its own hook keeps no tensor) but keeps the block's inputs for the recompute; it notes
     them here, so a checkpointed step's count is what it really keeps. The model's input batch is counted when
     its first layer saves it (what the step holds for backward)."""
 
     _active: ClassVar[list[SavedTensorBytes]] = []
 
-    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+    def __init__(self, exclude: Iterable[torch.Tensor] = (), *, live: torch.nn.Module | None = None) -> None:
         self.count = ByteCount(exclude)
+        self.live = live
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        self.count.add(t)
+        if self.live is not None:  # the parameters registered now: FSDP2's full copies while their block runs
+            self.count.exclude(list(self.live.parameters()))
+        if not isinstance(t, torch.nn.Parameter):  # a parameter (or a full copy of one) is counted as a parameter
+            self.count.add(t)
         return t
 
     @staticmethod

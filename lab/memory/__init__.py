@@ -1,15 +1,19 @@
 """Memory: train what does not fit. ``memory.checkpoint="blocks"`` (activation checkpointing per block, the
 workload's :meth:`~lab.workloads.Workload.model_blocks`), ``memory.optimizer_state="int8" | "int4"`` (Adam's moments
-in 8 / 4 bits, torchao) and ``memory.micro_batches=k`` (each batch as k micro-batches, gradients accumulated in
-:func:`lab.loop.train_step`: the same effective batch), each verified by its effect; and every run's step counted by
-role (``details["memory"]``: parameters, gradients, optimizer state, activations saved for backward) beside the
+in 8 / 4 bits, torchao), ``memory.micro_batches=k`` (each batch as k micro-batches, gradients accumulated in
+:func:`lab.loop.train_step`: the same effective batch) and ``memory.shard="fsdp2"`` (parameters, gradients and
+optimizer state sharded across the data-parallel ranks, FSDP2's ``fully_shard``, where DDP replicates them), each
+verified by its effect; and every run's step counted by role (``details["memory"]``: parameters, gradients,
+optimizer state, activations saved for backward) beside the
 process RSS peak the loop samples. Page: docs/memory.md.
 
 Where it sits in a run (:data:`lab.registry.FAMILY_ORDER`, after compute and precision, before pruning): its
 ``before_training`` checkpoints the blocks of the model that trains (after compute's fast-kernel swap); its
 ``fit_options`` sets the fit's optimizer (low-bit state) and wraps the precision policy precision has set with
 the counting one (:mod:`lab.memory.roles`); its ``after_training`` hands pruning and quantization the plain
-model (checkpointing is a training-time lever: a fine-tune after pruning or QAT runs unchecked).
+model (checkpointing is a training-time lever: a fine-tune after pruning or QAT runs unchecked). Sharding is the
+family's launcher (:mod:`lab.memory.launcher`, in :data:`lab.registry.LAUNCHERS`): the data-parallel ranks, with
+FSDP2 where DDP would wrap the model, and a plain model gathered back after training.
 
 What each lever costs is measured, not assumed: ``benchmarks/memory.py`` (saved-activation and optimizer-state
 bytes ratios, step-time ratios with intervals on the transformer and vision ladders); the doctor predicts
@@ -18,6 +22,7 @@ checkpointing's step time from this model's own forward + backward with its bloc
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any
 
@@ -26,12 +31,14 @@ from torch import nn
 from lab.config import RunConfig
 from lab.context import TrainContext
 from lab.loop import FitStats, StepHook
+from lab.memory import portable as portable_
 from lab.memory.checkpointing import checkpoint_blocks, checkpointed_copy, restore_blocks
+from lab.memory.launcher import LAUNCHER as SHARDED_LAUNCHER
 from lab.memory.optim import LOW_BIT, low_bit_adam, low_bit_class
 from lab.memory.roles import CountingStep
-from lab.registry import FAMILIES
+from lab.registry import FAMILIES, LAUNCHERS
 from lab.result import RunResult
-from lab.technique import FitPlan, NotPortable, Option, Portable, Technique
+from lab.technique import FitPlan, Option, Portable, Technique
 from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
 
@@ -49,20 +56,15 @@ class Memory(Technique):
     name = "memory"
 
     def portable(self, cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
-        """Not written yet: the recipe refuses a memory lever by name rather than leave it out of the script
-        (checkpointing needs the model's blocks named in the user's code; low-bit Adam is a one-line
-        ``torchao.optim.AdamW8bit`` swap, still to be tested against the lab's run)."""
-        if not cfg.memory.enabled:
-            return None
-        asked = [f"memory.{k}={v!r}" for k, v in (("checkpoint", cfg.memory.checkpoint),
-                                                   ("optimizer_state", cfg.memory.optimizer_state),
-                                                   ("micro_batches", cfg.memory.micro_batches))
-                 if v != getattr(type(cfg.memory)(), k)]
-        raise NotPortable(f"{', '.join(asked)}: the memory family writes no plain-PyTorch part yet")
+        """Checkpointing per block, torchao's low-bit AdamW, FSDP2's shard and gather, written out
+        (:mod:`lab.memory.portable`)."""
+        return portable_.portable(cfg, run)
 
     def check(self, cfg: RunConfig) -> None:
         """Low-bit state is Adam's: refused with SGD, with torch's fused Adam (one or the other), with checkpoint /
-        resume (read weights-only, which does not load torchao's state tensors) and without torchao."""
+        resume (read weights-only, which does not load torchao's state tensors) and without torchao. Sharding:
+        :func:`check_shard`."""
+        check_shard(cfg)
         state = cfg.memory.optimizer_state
         if state == "fp32":
             return
@@ -115,6 +117,14 @@ class Memory(Technique):
                    "micro_batches": plan.micro_batches, "counted_step": 0}
             if "memory.blocks" in ctx.state:
                 rec["checkpointed_blocks"] = ctx.state["memory.blocks"]
+            sharded = ctx.state.get("memory.sharded")
+            rec["shard"] = ctx.cfg.memory.shard
+            if sharded is not None:  # the bytes above are this rank's shards (rank 0's: the record's)
+                rec.update(world_size=sharded.world_size, sharded_blocks=sharded.blocks,
+                           shard_note="params, grads and optimizer state: rank 0's local shards (dim 0 split "
+                                      "across ranks, padded to equal shards); a block's full parameters and "
+                                      "gradients exist only while it runs (all-gather / reduce-scatter buffers, "
+                                      "a transient in the process RSS peak), not counted here")
             if state != "fp32":
                 rec["optimizer_compile_s"] = first_step_excess_s(stats.step_times_ms.get("optimizer", []))
             ctx.result.details["memory"] = rec
@@ -131,6 +141,8 @@ class Memory(Technique):
         Low-bit state: the arm's optimizer is torchao's low-bit Adam (its first step compiles: the map's warm-up
         calls take it)."""
         o = option.overrides
+        if o.get("memory.shard", "none") != "none":
+            raise NotTimed(f"{option.name} shards a model across ranks; the map times one process")
         if arm.axis != TRAIN:
             raise NotTimed(f"{option.name} changes what a training step keeps: training only")
         if o.get("memory.checkpoint") == "blocks":
@@ -159,10 +171,35 @@ class Memory(Technique):
         rec = result.details.get("memory") or {}
         out: dict[str, Any] = {"checkpoint": cfg.get("checkpoint", "none"),
                                "optimizer_state": cfg.get("optimizer_state", "fp32"),
-                               "micro_batches": cfg.get("micro_batches", 1)}
+                               "micro_batches": cfg.get("micro_batches", 1), "shard": cfg.get("shard", "none")}
         out.update({k: rec[k] for k in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
                                         "saved_activations_bytes") if k in rec})
         return out
+
+
+def _ranks_asked(cfg: RunConfig) -> int:
+    """The ranks a run of ``cfg`` has: ``ddp.world_size``, or what torchrun / srun started this process among."""
+    return max(cfg.ddp.world_size, int(os.environ.get("WORLD_SIZE") or 1), int(os.environ.get("SLURM_NTASKS") or 1))
+
+
+def check_shard(cfg: RunConfig) -> None:
+    """``memory.shard='fsdp2'``, before any work: several ranks (one has nobody to shard with), and none of what
+    cannot run on sharded parameters here, each refused by name."""
+    if cfg.memory.shard == "none":
+        return
+    what = f"memory.shard={cfg.memory.shard!r} is invalid"
+    if _ranks_asked(cfg) < 2:
+        raise ValueError(f"{what} with ddp.world_size={cfg.ddp.world_size}: FSDP2 shards across data-parallel "
+                         "ranks and one rank has nobody to shard with; add --ddp-world-size 2")
+    if cfg.prune.enabled and cfg.prune.schedule == "gradual":
+        raise ValueError(f"{what} with prune.schedule='gradual': its masks are recomputed during training from "
+                         "whole weights, which a rank holds only a shard of; prune once after training instead")
+    if cfg.profile:
+        raise ValueError(f"{what} with --profile: the profiled steps re-wrap a copy of the model in DDP, not FSDP2; "
+                         "profile the DDP run")
+    if cfg.checkpoint_every is not None or cfg.resume is not None:
+        raise ValueError(f"{what} with checkpoint_every / resume: a checkpoint of sharded parameters (DTensors) is "
+                         "not written or read by the lab's checkpointer")
 
 
 def first_step_excess_s(ms: list[float]) -> float:
@@ -173,6 +210,7 @@ def first_step_excess_s(ms: list[float]) -> float:
 
 
 TECHNIQUE = FAMILIES.register(Memory.name, Memory(), overwrite=True)  # overwrite: importlib.reload stays idempotent
+LAUNCHER = LAUNCHERS.register(Memory.name, SHARDED_LAUNCHER, overwrite=True)
 from lab.memory import options  # noqa: E402, F401 - the family's option strings, registered with it
 
-__all__ = ["TECHNIQUE", "Memory", "first_step_excess_s", "no_blocks_refusal"]
+__all__ = ["LAUNCHER", "TECHNIQUE", "Memory", "check_shard", "first_step_excess_s", "no_blocks_refusal"]

@@ -20,4 +20,8 @@ register_options(
     Option("accum4", {"memory.micro_batches": 4}, "memory",
            "gradient accumulation keeping the batch: each batch as 4 micro-batches (a quarter of the activations "
            "alive at once, four smaller forward + backward passes)", axes=TRAINING),
+    Option("fsdp2", {"memory.shard": "fsdp2"}, "memory",
+           "FSDP2 sharding (fully_shard per block, then the root): each of N data-parallel ranks keeps ~1/N of the "
+           "parameters, gradients and optimizer state instead of DDP's full copy; needs --ddp-world-size 2 or more",
+           axes=TRAINING),
 )

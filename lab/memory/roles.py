@@ -52,7 +52,8 @@ class CountingStep:
             if self.record is not None or self._forwards > 1 or not self.activations:
                 yield
                 return
-            self._saved = SavedTensorBytes(exclude=list(self.model.parameters()))
+            sharded = any(type(p).__name__ == "DTensor" for p in self.model.parameters())
+            self._saved = SavedTensorBytes(exclude=list(self.model.parameters()), live=self.model if sharded else None)
             with self._saved:
                 yield
 

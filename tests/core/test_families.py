@@ -33,14 +33,14 @@ NOT_PREDICTED: dict[str, str] = {
                     "for which nothing measures a rate yet (benchmarks/memory.py measures its bytes and step time)"),
     **dict.fromkeys(("accum2", "accum4"), "a memory lever (the same step in smaller pieces): its step time is "
                     "measured by the budget search (lab run --memory-budget), not predicted"),
+    "fsdp2": "a memory lever across data-parallel ranks; the doctor profiles one process's step",
 }
 #: Options the recipe (``python -m lab recipe``) cannot write as plain PyTorch, with the reason (a new option must
 #: say why); every other option's family writes its part (:meth:`lab.technique.Technique.portable`).
 NOT_PORTABLE: dict[str, str] = {
     "fast_kernels": "the workload's own faster model code (ctr: index_select lookups), not a change of the loop",
-    **dict.fromkeys(("checkpoint_blocks", "adam8bit", "adam4bit", "accum2", "accum4"), "the memory family writes "
-                    "no recipe part yet (it landed beside the recipe): lab refuses them in `python -m lab recipe` "
-                    "with that reason"),
+    **dict.fromkeys(("accum2", "accum4"), "gradient accumulation that keeps the batch (memory.micro_batches) is "
+                    "not written out by the recipe yet: lab refuses it in `python -m lab recipe` with that reason"),
 }
 
 

@@ -15,6 +15,7 @@ to evaluate it, about 20 s each here. The data-parallel file runs as one process
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -25,6 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -90,13 +92,18 @@ class Emitted:
     compiled: list[nn.Module] = field(default_factory=list)
     scaler_steps: int = 0
     readers: set[str] = field(default_factory=set)
+    calls: dict[str, int] = field(default_factory=dict)  # forward calls of each Linear in the main training
 
 
 def train_emitted(module: Any, cfg: RunConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                  dtypes: bool = False) -> Emitted:
-    """The file's ``train`` on the lab's model (same seed) and training split, one epoch in order, watched."""
+                  dtypes: bool = False, eager: bool = False) -> Emitted:
+    """The file's ``train`` on the lab's model (same seed) and training split, one epoch in order, watched (the
+    first ``cfg.max_steps`` batches where the lab's run stops there). ``eager``: ``torch.compile`` returns what it is
+    given (torchao's low-bit update, compiled per shape, runs eagerly: the same code without a ~20 s compile)."""
     with prepare(cfg) as ctx:
         model, tensors, r = ctx.new_model(), ctx.data.train, ctx.resolved
+    if cfg.max_steps is not None:
+        tensors = tuple(t[:cfg.max_steps * r.batch_size] for t in tensors)
     out = Emitted(module=module, model=model, losses=[])
     folder = tmp_path / "readers"
     folder.mkdir()
@@ -106,8 +113,14 @@ def train_emitted(module: Any, cfg: RunConfig, tmp_path: Path, monkeypatch: pyte
             out.dtypes.setdefault(name, str(output.dtype).split(".")[-1])
         return hook
 
-    handles = [m.register_forward_hook(seen(n)) for n, m in model.named_modules() if isinstance(m, nn.Linear)] \
-        if dtypes else []
+    def called(name: str) -> Any:
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            out.calls[name] = out.calls.get(name, 0) + 1
+        return hook
+
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    handles = [m.register_forward_hook(seen(n)) for n, m in linears] if dtypes else []
+    handles += [m.register_forward_hook(called(n)) for n, m in linears]
     fit = module.fit
 
     def watched_fit(*args: Any, phase: str = "train", **kwargs: Any) -> list[float]:
@@ -117,7 +130,7 @@ def train_emitted(module: Any, cfg: RunConfig, tmp_path: Path, monkeypatch: pyte
             h.remove()
         return losses
 
-    real_compile, real_step = torch.compile, torch.amp.GradScaler.step
+    real_compile, real_step = (lambda m, *a, **k: m) if eager else torch.compile, torch.amp.GradScaler.step
 
     def scaler_step(self: torch.amp.GradScaler, *a: Any, **k: Any) -> Any:
         out.scaler_steps += 1
@@ -144,19 +157,20 @@ def train_emitted(module: Any, cfg: RunConfig, tmp_path: Path, monkeypatch: pyte
 _RUNS: dict[str, RunResult] = {}
 
 
-def lab_run(techniques: tuple[str, ...], **overrides: Any) -> RunResult:
-    """The lab's run of the stack on :data:`BASE` (each config run once per session: the baseline serves several
-    tests)."""
-    cfg = config_of(techniques, BASE).with_overrides(**overrides)
+def lab_run(techniques: tuple[str, ...], base: RunConfig = BASE, eager: bool = False, **overrides: Any) -> RunResult:
+    """The lab's run of the stack on ``base`` (each config run once per session: the baseline serves several
+    tests); ``eager`` as :func:`train_emitted`'s."""
+    cfg = config_of(techniques, base).with_overrides(**overrides)
     key = repr(cfg.to_dict())
     if key not in _RUNS:
-        _RUNS[key] = run(cfg)
+        with mock.patch.object(torch, "compile", lambda m, *a, **k: m) if eager else contextlib.nullcontext():
+            _RUNS[key] = run(cfg)
     assert _RUNS[key].status == "ok", _RUNS[key].error
     return _RUNS[key]
 
 
-def emit(techniques: tuple[str, ...], tmp_path: Path, **kwargs: Any) -> Any:
-    recipe = from_techniques(techniques, BASE, command="test", **kwargs)
+def emit(techniques: tuple[str, ...], tmp_path: Path, base: RunConfig = BASE, **kwargs: Any) -> Any:
+    recipe = from_techniques(techniques, base, command="test", **kwargs)
     return load(recipe.text, tmp_path / f"recipe_{'_'.join(techniques) or 'baseline'}.py")
 
 
@@ -164,7 +178,7 @@ def emit(techniques: tuple[str, ...], tmp_path: Path, **kwargs: Any) -> Any:
 
 
 def _same_losses(lab: RunResult, got: Emitted, exact: bool = True) -> None:
-    assert len(got.losses) == len(lab.losses) == 32
+    assert len(got.losses) == len(lab.losses) == (lab.config.get("max_steps") or 32)
     if exact:
         assert got.losses == lab.losses  # the same step on the same batches: the same numbers, bit for bit
     else:
@@ -287,16 +301,57 @@ def check_int8(option: str, lab: RunResult, got: Emitted) -> None:
             assert relative_error(float_model(test), graph(test)) < bound
 
 
+def check_checkpoint(option: str, lab: RunResult, got: Emitted) -> None:
+    """The file's blocks are the lab's, a Linear inside one runs forward twice a step (once outside), the losses
+    are the lab's, and the trained model runs its own forwards again."""
+    _same_losses(lab, got, exact=False)  # the same recompute; rounding may differ in the order of the adds
+    blocks = lab.details["memory"]["checkpointed_blocks"]
+    assert blocks and [n for n, m in got.model.named_modules() if m in got.module.find_blocks(got.model)] == blocks
+    steps = len(lab.losses)
+    inside = {n: c for n, c in got.calls.items() if n.startswith(tuple(f"{b}." for b in blocks))}
+    assert max(inside.values()) == 2 * steps and all(c in (steps, 2 * steps) for c in inside.values()), got.calls
+    assert all(c == steps for n, c in got.calls.items() if n not in inside), got.calls
+    assert not any("forward" in m.__dict__ for m in got.model.modules())
+
+
+def check_low_bit(option: str, lab: RunResult, got: Emitted) -> None:
+    """torchao's low-bit AdamW stepped (Adam's update: weight decay 0), its 64 x 64 weight's moments in its
+    quantized subclass, and the losses are the lab's run of the option."""
+    _same_losses(lab, got)
+    cls = {"adam8bit": "AdamW8bit", "adam4bit": "AdamW4bit"}[option]
+    assert [type(o).__name__ for o in got.optimizers] == [cls] and got.optimizers[0].defaults["weight_decay"] == 0
+    assert lab.details["memory"]["optimizer"] == cls
+    states = [type(v).__name__ for st in got.optimizers[0].state.values() for v in st.values()]
+    assert f"OptimState{cls[-4:]}" in states, states
+
+
+def check_sharded_alone(option: str, lab: RunResult, got: Emitted) -> None:
+    """Started as one process (no torchrun), the FSDP2 file has nobody to shard with: the plain loop, step for step
+    (two ranks: tests/memory/test_sharding.py)."""
+    check_plain("", lab, got)
+    assert not any(type(p).__name__ == "DTensor" for p in got.model.parameters())
+
+
 EFFECTS = {
     "fused_optim": check_plain, "compile": check_compile, "bf16": check_precision, "fp16": check_precision,
     "amp_auto": check_precision, "workers1": check_loader, "workers2": check_loader, "prefetch": check_loader,
     "parallel_reads": check_loader, "prune30": check_masks, "prune50": check_masks, "prune70": check_masks,
     "prune_channels50": check_channels, "int8_dynamic": check_int8, "int8_eager": check_int8,
     "int8_static": check_int8, "int8_static_legacy": check_int8, "int8_auto": check_int8, "int8_qat": check_int8,
+    "checkpoint_blocks": check_checkpoint, "adam8bit": check_low_bit, "adam4bit": check_low_bit,
+    "fsdp2": check_sharded_alone,
 }
+#: Options whose file and lab run train another base than :data:`BASE`: checkpointing needs a model with blocks
+#: (the tiny transformer, at batch 16); torchao's low-bit update runs eagerly (:func:`train_emitted`); both train 4
+#: steps; the FSDP2 file is written for two ranks and started here as one process (two: tests/memory/).
+SHORT = BASE.with_overrides(max_steps=4)
+BASES = {"checkpoint_blocks": RunConfig(workload="transformer", size="tiny", epochs=1, max_steps=4, batch_size=16,
+                                        latency_repeats=0).with_overrides(**{"data.shuffle": False}),
+         "adam8bit": SHORT, "adam4bit": SHORT, "fsdp2": BASE.with_overrides(**{"ddp.world_size": 2})}
+EAGER = {"adam8bit", "adam4bit"}
 #: Options whose lab run is not the comparison (a PT2E run compiles its int8 graph to evaluate it): the lab's
 #: baseline run trains the same float model, and the int8 layers are compared with the lab's own quantization.
-LAB_BASELINE = {"int8_dynamic", "int8_static", "int8_auto", "int8_qat"}
+LAB_BASELINE = {"int8_dynamic", "int8_static", "int8_auto", "int8_qat", "fsdp2"}
 #: Decisions: the file is written from the lab's stored run of the option (what it chose), then compared.
 FROM_RUN = {"amp_auto"}
 
@@ -316,10 +371,12 @@ def test_every_option_has_its_effect_checked_or_is_refused_with_the_reason():
 
 @pytest.mark.parametrize("option", sorted(EFFECTS))
 def test_the_emitted_file_does_what_the_labs_run_of_the_option_does(option, tmp_path, monkeypatch):
-    lab = lab_run(() if option in LAB_BASELINE else (option,))
-    module = emit((option,), tmp_path, run=lab if option in FROM_RUN else None)
-    got = train_emitted(module, config_of((option,), BASE), tmp_path, monkeypatch,
-                        dtypes=OPTIONS[option].family == "precision")
+    base, eager = BASES.get(option, BASE), option in EAGER
+    lab = lab_run(() if option in LAB_BASELINE else (option,), BASE if option in LAB_BASELINE else base, eager)
+    module = emit((option,), tmp_path, base, run=lab if option in FROM_RUN else None)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # python FILE: one process
+    got = train_emitted(module, config_of((option,), base), tmp_path, monkeypatch,
+                        dtypes=OPTIONS[option].family == "precision", eager=eager)
     EFFECTS[option](option, lab, got)
 
 
@@ -426,7 +483,8 @@ def test_a_decision_is_the_code_of_what_a_stored_run_chose_else_of_what_the_lab_
     ({"ddp.grad_accum_steps": 2}, "gradient accumulation"),
     ({"data.loader": "device_prefetch"}, "device_prefetch loader"),
     ({"quant.method": "qat", "quant.flow": "legacy", "device": "cpu"}, "FX quantization-aware"),
-], ids=["gradual", "fp32-islands", "accumulation", "device-prefetch", "legacy-qat"])
+    ({"ddp.world_size": 2, "memory.shard": "fsdp2", "memory.optimizer_state": "int8"}, "Inductor cache"),
+], ids=["gradual", "fp32-islands", "accumulation", "device-prefetch", "legacy-qat", "fsdp2-adam8bit"])
 def test_what_the_script_cannot_express_is_refused_with_the_reason(overrides, why):
     with pytest.raises(NotPortable, match=why):
         build(BASE.with_overrides(**overrides))
@@ -470,9 +528,10 @@ def test_every_emitted_file_is_lint_clean(tmp_path):
     files = []
     for option in sorted(EFFECTS):
         files.append(tmp_path / f"{option}.py")
-        files[-1].write_text(from_techniques((option,), BASE).text)
+        files[-1].write_text(from_techniques((option,), BASES.get(option, BASE)).text)
     (tmp_path / "ddp.py").write_text(build(BASE.with_overrides(**{"ddp.world_size": 2})).text)
     (tmp_path / "stack.py").write_text(from_techniques(("fused_optim", "prune_channels50", "int8_static"), BASE).text)
+    (tmp_path / "memory.py").write_text(from_techniques(("checkpoint_blocks", "fsdp2"), BASES["fsdp2"]).text)
     done = subprocess.run([ruff, "check", "--no-cache", "--isolated", "--select", "E,F,W,I,B", "--line-length", "120",
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout[-3000:]
