@@ -33,6 +33,10 @@ def test_every_technique_changes_the_config_and_runs(name, base):
         cfg = cfg.with_overrides(workload="ctr", size="tiny")
     if cfg.memory.checkpoint != "none":  # the toy's Linear / ReLU stack has no block to checkpoint
         cfg = cfg.with_overrides(workload="transformer", size="tiny")
+    if cfg.memory.shard != "none":  # sharding needs ranks to shard across: refused alone, run in tests/memory
+        with pytest.raises(ValueError, match="add --ddp-world-size 2"):
+            run(cfg)
+        return
     result = run(cfg, on_error="record")
     assert result.status == "ok", result.error
 
