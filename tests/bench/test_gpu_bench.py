@@ -201,25 +201,65 @@ def test_no_benchmark_defines_a_timer_of_its_own():
         assert not defs & timers, (path.name, defs & timers)
 
 
-def test_importing_a_family_file_does_not_run_its_cpu_benchmark(tmp_path):
+#: One child under the blocker for the two checks below (each child costs an ``import torch``, seconds here):
+#: first every family file imported as gpu.py imports them, with argv that would run a CPU benchmark; then each file
+#: run as ``python benchmarks/<name>.py --help`` runs it (as ``__main__``, the benchmarks' modules imported afresh
+#: for each, so a file that leans on a sibling another file imported still fails), its stdout and exit status kept.
+SCRIPTS_CHILD = """
+import contextlib, io, json, runpy, sys
+bench, marker, out = sys.argv[1:4]
+stems = sys.argv[4:]
+sys.path.insert(0, bench)
+argv = sys.argv
+sys.argv = ['x', '--quick', '--json', marker]
+for stem in stems:
+    __import__(stem)
+report = {'imported': True, 'scripts': {}}
+for stem in stems:
+    for name in [n for n, m in sys.modules.items() if (getattr(m, '__file__', None) or '').startswith(bench)]:
+        del sys.modules[name]
+    sys.argv = [f'{bench}/{stem}.py', '--help']
+    buf, code = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(buf):
+            runpy.run_path(f'{bench}/{stem}.py', run_name='__main__')
+    except SystemExit as exc:
+        code = exc.code or 0
+    except BaseException as exc:
+        code, buf = 1, io.StringIO(f'{type(exc).__name__}: {exc}')
+    report['scripts'][stem] = {'returncode': code, 'stdout': buf.getvalue()}
+open(out, 'w').write(json.dumps(report))
+print('imported')
+"""
+
+
+@pytest.fixture(scope="module")
+def bench_scripts(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """The child above, run once for this module (read only by the tests)."""
+    tmp = tmp_path_factory.mktemp("bench_scripts")
+    marker, out = tmp / "ran.json", tmp / "report.json"
+    proc = _run([sys.executable, "-c", SCRIPTS_CHILD, str(BENCH), str(marker), str(out),
+                 *sorted(FAMILY_FILES.values())], _blocker(tmp / "block"))
+    return proc, (json.loads(out.read_text()) if out.exists() else {}), marker
+
+
+def test_importing_a_family_file_does_not_run_its_cpu_benchmark(bench_scripts):
     """gpu.py imports the family files for their GPU parts: their CPU benchmark must run only as a script. Were
     ``main()`` not guarded, the import would parse these argv and write the JSON (and take minutes)."""
-    env = _blocker(tmp_path / "block")
-    marker = tmp_path / "ran.json"
-    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); sys.argv = ['x', '--quick', '--json', {str(marker)!r}]; "
-            f"import {', '.join(FAMILY_FILES.values())}; print('imported')")
-    proc = _run([sys.executable, "-c", code], env)
+    proc, report, marker = bench_scripts
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == "imported\n" and not marker.exists()
+    assert proc.stdout == "imported\n" and report["imported"] and not marker.exists()
 
 
 @pytest.mark.parametrize("stem", sorted(FAMILY_FILES.values()))
-def test_family_files_stay_runnable_as_scripts(stem, tmp_path):
+def test_family_files_stay_runnable_as_scripts(stem, bench_scripts):
     """``python benchmarks/<name>.py [--quick] [--json PATH]`` is the CPU benchmark's entry point (``--help``:
     parsed, nothing measured)."""
-    proc = _run([sys.executable, str(BENCH / f"{stem}.py"), "--help"], _blocker(tmp_path / "block"))
+    proc, report, _ = bench_scripts
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "--quick" in proc.stdout and "--json" in proc.stdout
+    script = report["scripts"][stem]
+    assert script["returncode"] == 0, script["stdout"][-2000:]
+    assert "--quick" in script["stdout"] and "--json" in script["stdout"]
 
 
 def test_figures_have_the_common_envelope(common):
