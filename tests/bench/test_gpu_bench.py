@@ -344,16 +344,27 @@ def test_json_is_written_after_every_part_and_a_failing_part_is_an_entry(gpu, co
     assert doc["parts"]["data"]["status"] == "ok"
 
 
-def test_a_part_that_crashes_natively_is_an_entry_and_the_other_parts_run(tmp_path):
+@pytest.fixture(scope="module")
+def capped_run_with_a_crash(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """One ``gpu.py --device cpu --quick --parts precision,data,pruning`` (a parent and a child per part) for the
+    two tests below, read only: oneDNN and ATen capped at AVX2 and torchao blocked (the precision regression's
+    setting), the data part told to abort natively (the crash test's hook). Each part is its own child, so
+    neither setting reaches the other's part."""
+    tmp = tmp_path_factory.mktemp("capped_crash")
+    env = _blocker(tmp / "block", extra=("torchao",))
+    env.update(ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2")
+    env["LAB_GPU_BENCH_CRASH_PART"] = "data"
+    path = tmp / "gpu.json"
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--parts",
+                 "precision,data,pruning", "--json", str(path)], env)
+    return proc, (json.loads(path.read_text()) if path.exists() else {})
+
+
+def test_a_part_that_crashes_natively_is_an_entry_and_the_other_parts_run(capped_run_with_a_crash):
     """Each part runs in a child process: a SIGABRT there (the test hook stands in for a kernel corrupting the
     heap) is that part's "error" entry naming the signal, with the child's last output, never a dead run."""
-    env = _blocker(tmp_path / "block")
-    env["LAB_GPU_BENCH_CRASH_PART"] = "data"
-    path = tmp_path / "gpu.json"
-    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--parts", "data,pruning", "--json",
-                 str(path)], env)
+    proc, doc = capped_run_with_a_crash
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    doc = json.loads(path.read_text())
     crashed, fine = doc["parts"]["data"], doc["parts"]["pruning"]
     assert crashed["status"] == "error" and "SIGABRT" in crashed["error"], crashed
     assert "aborting (test hook)" in crashed["output_tail"] and len(crashed["output_tail"]) <= 2000
@@ -365,17 +376,13 @@ def test_a_part_that_crashes_natively_is_an_entry_and_the_other_parts_run(tmp_pa
 
 
 @cpu_only
-def test_precision_part_survives_onednn_avx2_kernels(tmp_path):
+def test_precision_part_survives_onednn_avx2_kernels(capped_run_with_a_crash):
     """Regression (issue 25): with oneDNN capped at AVX2 (what an AMD Zen 3 runs natively), the tiny ResNet in
     channels_last aborted the interpreter inside ``loss.backward()`` (oneDNN's jit_1x1 backward-weights kernel,
     stride-2 shortcut with 4 input channels); the CPU self-test now trains NCHW and the part completes."""
-    env = _blocker(tmp_path / "block", extra=("torchao",))
-    env.update(ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2")
-    path = tmp_path / "gpu.json"
-    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--parts", "precision",
-                 "--json", str(path)], env)
+    proc, doc = capped_run_with_a_crash
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    part = json.loads(path.read_text())["parts"]["precision"]
+    part = doc["parts"]["precision"]
     assert part["status"] == "ok", part
 
 
