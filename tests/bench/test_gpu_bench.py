@@ -201,25 +201,65 @@ def test_no_benchmark_defines_a_timer_of_its_own():
         assert not defs & timers, (path.name, defs & timers)
 
 
-def test_importing_a_family_file_does_not_run_its_cpu_benchmark(tmp_path):
+#: One child under the blocker for the two checks below (each child costs an ``import torch``, seconds here):
+#: first every family file imported as gpu.py imports them, with argv that would run a CPU benchmark; then each file
+#: run as ``python benchmarks/<name>.py --help`` runs it (as ``__main__``, the benchmarks' modules imported afresh
+#: for each, so a file that leans on a sibling another file imported still fails), its stdout and exit status kept.
+SCRIPTS_CHILD = """
+import contextlib, io, json, runpy, sys
+bench, marker, out = sys.argv[1:4]
+stems = sys.argv[4:]
+sys.path.insert(0, bench)
+argv = sys.argv
+sys.argv = ['x', '--quick', '--json', marker]
+for stem in stems:
+    __import__(stem)
+report = {'imported': True, 'scripts': {}}
+for stem in stems:
+    for name in [n for n, m in sys.modules.items() if (getattr(m, '__file__', None) or '').startswith(bench)]:
+        del sys.modules[name]
+    sys.argv = [f'{bench}/{stem}.py', '--help']
+    buf, code = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(buf):
+            runpy.run_path(f'{bench}/{stem}.py', run_name='__main__')
+    except SystemExit as exc:
+        code = exc.code or 0
+    except BaseException as exc:
+        code, buf = 1, io.StringIO(f'{type(exc).__name__}: {exc}')
+    report['scripts'][stem] = {'returncode': code, 'stdout': buf.getvalue()}
+open(out, 'w').write(json.dumps(report))
+print('imported')
+"""
+
+
+@pytest.fixture(scope="module")
+def bench_scripts(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """The child above, run once for this module (read only by the tests)."""
+    tmp = tmp_path_factory.mktemp("bench_scripts")
+    marker, out = tmp / "ran.json", tmp / "report.json"
+    proc = _run([sys.executable, "-c", SCRIPTS_CHILD, str(BENCH), str(marker), str(out),
+                 *sorted(FAMILY_FILES.values())], _blocker(tmp / "block"))
+    return proc, (json.loads(out.read_text()) if out.exists() else {}), marker
+
+
+def test_importing_a_family_file_does_not_run_its_cpu_benchmark(bench_scripts):
     """gpu.py imports the family files for their GPU parts: their CPU benchmark must run only as a script. Were
     ``main()`` not guarded, the import would parse these argv and write the JSON (and take minutes)."""
-    env = _blocker(tmp_path / "block")
-    marker = tmp_path / "ran.json"
-    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); sys.argv = ['x', '--quick', '--json', {str(marker)!r}]; "
-            f"import {', '.join(FAMILY_FILES.values())}; print('imported')")
-    proc = _run([sys.executable, "-c", code], env)
+    proc, report, marker = bench_scripts
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == "imported\n" and not marker.exists()
+    assert proc.stdout == "imported\n" and report["imported"] and not marker.exists()
 
 
 @pytest.mark.parametrize("stem", sorted(FAMILY_FILES.values()))
-def test_family_files_stay_runnable_as_scripts(stem, tmp_path):
+def test_family_files_stay_runnable_as_scripts(stem, bench_scripts):
     """``python benchmarks/<name>.py [--quick] [--json PATH]`` is the CPU benchmark's entry point (``--help``:
     parsed, nothing measured)."""
-    proc = _run([sys.executable, str(BENCH / f"{stem}.py"), "--help"], _blocker(tmp_path / "block"))
+    proc, report, _ = bench_scripts
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "--quick" in proc.stdout and "--json" in proc.stdout
+    script = report["scripts"][stem]
+    assert script["returncode"] == 0, script["stdout"][-2000:]
+    assert "--quick" in script["stdout"] and "--json" in script["stdout"]
 
 
 def test_figures_have_the_common_envelope(common):
@@ -304,16 +344,27 @@ def test_json_is_written_after_every_part_and_a_failing_part_is_an_entry(gpu, co
     assert doc["parts"]["data"]["status"] == "ok"
 
 
-def test_a_part_that_crashes_natively_is_an_entry_and_the_other_parts_run(tmp_path):
+@pytest.fixture(scope="module")
+def capped_run_with_a_crash(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """One ``gpu.py --device cpu --quick --parts precision,data,pruning`` (a parent and a child per part) for the
+    two tests below, read only: oneDNN and ATen capped at AVX2 and torchao blocked (the precision regression's
+    setting), the data part told to abort natively (the crash test's hook). Each part is its own child, so
+    neither setting reaches the other's part."""
+    tmp = tmp_path_factory.mktemp("capped_crash")
+    env = _blocker(tmp / "block", extra=("torchao",))
+    env.update(ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2")
+    env["LAB_GPU_BENCH_CRASH_PART"] = "data"
+    path = tmp / "gpu.json"
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--parts",
+                 "precision,data,pruning", "--json", str(path)], env)
+    return proc, (json.loads(path.read_text()) if path.exists() else {})
+
+
+def test_a_part_that_crashes_natively_is_an_entry_and_the_other_parts_run(capped_run_with_a_crash):
     """Each part runs in a child process: a SIGABRT there (the test hook stands in for a kernel corrupting the
     heap) is that part's "error" entry naming the signal, with the child's last output, never a dead run."""
-    env = _blocker(tmp_path / "block")
-    env["LAB_GPU_BENCH_CRASH_PART"] = "data"
-    path = tmp_path / "gpu.json"
-    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--parts", "data,pruning", "--json",
-                 str(path)], env)
+    proc, doc = capped_run_with_a_crash
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    doc = json.loads(path.read_text())
     crashed, fine = doc["parts"]["data"], doc["parts"]["pruning"]
     assert crashed["status"] == "error" and "SIGABRT" in crashed["error"], crashed
     assert "aborting (test hook)" in crashed["output_tail"] and len(crashed["output_tail"]) <= 2000
@@ -325,17 +376,13 @@ def test_a_part_that_crashes_natively_is_an_entry_and_the_other_parts_run(tmp_pa
 
 
 @cpu_only
-def test_precision_part_survives_onednn_avx2_kernels(tmp_path):
+def test_precision_part_survives_onednn_avx2_kernels(capped_run_with_a_crash):
     """Regression (issue 25): with oneDNN capped at AVX2 (what an AMD Zen 3 runs natively), the tiny ResNet in
     channels_last aborted the interpreter inside ``loss.backward()`` (oneDNN's jit_1x1 backward-weights kernel,
     stride-2 shortcut with 4 input channels); the CPU self-test now trains NCHW and the part completes."""
-    env = _blocker(tmp_path / "block", extra=("torchao",))
-    env.update(ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2")
-    path = tmp_path / "gpu.json"
-    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--parts", "precision",
-                 "--json", str(path)], env)
+    proc, doc = capped_run_with_a_crash
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    part = json.loads(path.read_text())["parts"]["precision"]
+    part = doc["parts"]["precision"]
     assert part["status"] == "ok", part
 
 

@@ -130,11 +130,14 @@ def test_resume_is_refused_clearly(tmp_path):
                                                                                          amount=0.5))
 
 
-def test_cli_resume_of_a_missing_checkpoint_exits_2():
-    proc = subprocess.run([sys.executable, "-m", "lab", "run", "--workload", "sequence", "--size", "tiny",
-                           "--resume", "no-such-run"], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-    assert proc.returncode == 2 and "no checkpoint file" in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_resume_of_a_missing_checkpoint_exits_2(capsys):
+    """In process (``lab.cli.main``, what ``python -m lab`` calls, whose exit status in a real process
+    tests/core/test_cli.py checks): exit 2, the reason, no traceback."""
+    from lab.cli import main
+
+    assert main(["run", "--workload", "sequence", "--size", "tiny", "--resume", "no-such-run"]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint file" in err and "Traceback" not in err
 
 
 def test_a_resume_that_adds_no_step_still_prints():

@@ -193,10 +193,11 @@ def test_contiguous_buffers_replaces_views_whose_strides_a_broadcast_cannot_writ
 
 # ------------------------------------------------------------------------------ multi-node, on one machine
 @pytest.mark.slow
-def test_two_torchrun_agents_on_loopback_train_what_one_node_with_two_ranks_trains(tmp_path):
+def test_two_torchrun_agents_on_loopback_train_what_one_node_with_two_ranks_trains(tmp_path, capsys, monkeypatch):
     """docs/distributed.md's multi-node recipe on the existing engine: two ``torchrun`` agents (``--nnodes 2``,
     c10d rendezvous on 127.0.0.1, one CPU rank each) running ``python -m lab run``; both agents end 0, rank 0
-    alone prints the result, and its losses and metric are the same as a 2-rank single-node run's."""
+    alone prints the result, and its losses and metric are the same as a 2-rank single-node run's (the same
+    command through ``lab.cli.main`` here, whose ranks are spawned processes: no interpreter of its own to start)."""
     import json
     import os
     import socket
@@ -221,8 +222,11 @@ def test_two_torchrun_agents_on_loopback_train_what_one_node_with_two_ranks_trai
     nodes = printed[0]
     assert nodes["status"] == "ok" and nodes["details"]["ddp"]["launcher"] == "torchrun"
     assert nodes["details"]["ddp"]["world_size"] == 2
-    one = subprocess.run([sys.executable, *lab_run], capture_output=True, text=True, timeout=240, check=True,
-                         env={**env, "LAB_RESULTS_DB": str(tmp_path / "one.sqlite")})
-    single = json.loads(one.stdout)
+    from lab.cli import main
+
+    monkeypatch.setenv("LAB_RESULTS_DB", str(tmp_path / "one.sqlite"))
+    capsys.readouterr()
+    assert main(lab_run[2:]) == 0
+    single = json.loads(capsys.readouterr().out)
     assert single["details"]["ddp"]["launcher"] == "spawn"
     assert nodes["losses"] == single["losses"] and nodes["metric"] == single["metric"]
