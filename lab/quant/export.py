@@ -82,6 +82,25 @@ class ExportFailed(ValueError):
     """torch.export could not trace the model: the PT2E flow cannot quantize it (the legacy one may)."""
 
 
+class InductorFailed(ExportFailed):
+    """Inductor could not compile the converted int8 graph (a torchao fusion pass asserting on a pattern it did not
+    expect: ``qlinear_post_op_fusion`` on a Linear -> ReLU -> residual add under dynamic int8): the PT2E flow
+    cannot run it, so the legacy flow takes the model as after a failed export, and the record says why."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> InductorFailed:
+        """From torch's ``BackendCompilerFailed``: its inner exception and the frame that raised it, in one line."""
+        import traceback
+
+        inner = getattr(exc, "inner_exception", None) or exc
+        frames = traceback.extract_tb(inner.__traceback__)
+        where = f" at {'/'.join(frames[-1].filename.split('/')[-3:])}:{frames[-1].lineno} in {frames[-1].name}" \
+            if frames else ""
+        text = (str(inner).strip().splitlines() or [""])[0]
+        return cls(f"Inductor could not compile the int8 graph ({type(inner).__name__}{': ' + text if text else ''}"
+                   f"{where})")
+
+
 @contextlib.contextmanager
 def _causal_mask_check_skipped(skipped: list[int]) -> Iterator[None]:
     """For the duration of one export, ``_detect_is_causal_mask`` returns the caller's hint (``is_causal``, None ->

@@ -46,7 +46,13 @@ import torch
 from torch import nn
 
 from lab.config import QuantConfig
-from lab.quant.export import WHY_INTEGER_OPS, export_for_quant, float_only_quantizer, torchao_noise_filtered
+from lab.quant.export import (
+    WHY_INTEGER_OPS,
+    InductorFailed,
+    export_for_quant,
+    float_only_quantizer,
+    torchao_noise_filtered,
+)
 from lab.quant.graph import check_graph_quantized, graph_swap_report
 from lab.quant.numerics import reduce_range_choice
 from lab.quant.storage import compact_int8_graph
@@ -331,7 +337,12 @@ def quantize_pt2e_with_report(model: nn.Module, qc: QuantConfig, batches: Callab
     info["swap"] = graph_swap_report(converted, float_model, qc.method)
     check_graph_quantized(info["swap"], qc.method)
     info["stored"] = compact_int8_graph(converted)
-    return compile_frozen(converted), info
+    frozen = compile_frozen(converted)
+    try:  # compiled now, on the example batch: a graph Inductor cannot compile is the flow's failure, said here
+        frozen(*example_inputs)
+    except torch._dynamo.exc.BackendCompilerFailed as exc:
+        raise InductorFailed.of(exc) from exc
+    return frozen, info
 
 
 def converted_graph(model: nn.Module) -> torch.fx.GraphModule | None:
