@@ -88,6 +88,9 @@ class Technique:
 
     #: The family's name in :data:`lab.registry.FAMILIES` (also its key in ``details["techniques"]``).
     name: str = ""
+    #: The ``RunConfig`` fields the family owns beyond those its options set (:func:`config_keys`): a family
+    #: with no option string (data-parallel: ``ddp``) names its own.
+    config_fields: tuple[str, ...] = ()
 
     def check(self, cfg: RunConfig) -> None:
         """Refuse what cannot run on this machine, before any data is made or any process started."""
@@ -145,8 +148,10 @@ class Technique:
 
 
 def config_keys(name: str) -> set[str]:
-    """The ``RunConfig`` fields (``prune``, ``ddp``) the family ``name``'s registered options set."""
-    return {k.split(".")[0] for o in OPTIONS.values() if o.family == name for k in o.overrides if "." in k}
+    """The ``RunConfig`` fields (``prune``, ``ddp``) the family ``name`` owns: those its registered options set and
+    those its technique names (:attr:`Technique.config_fields`)."""
+    own = FAMILIES.get(name).config_fields if name in FAMILIES else ()
+    return {k.split(".")[0] for o in OPTIONS.values() if o.family == name for k in o.overrides if "." in k} | set(own)
 
 
 def family_settings(cfg: RunConfig, name: str) -> str:
