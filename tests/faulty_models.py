@@ -12,7 +12,9 @@ fault. The faults, and the technique that meets each:
 - ``int8``: the forward reads ``head.weight.dtype`` (an int8 ``Linear``'s ``weight`` is a method);
 - ``deepcopy``: ``copy.deepcopy`` of the model raises (quantization copies the float model);
 - ``state_dict``: ``state_dict()`` raises (the lab measures the stored size through it);
-- ``evaluate``: the eval-mode forward raises once the model has trained (the final evaluation).
+- ``evaluate``: the eval-mode forward raises once the model has trained (the final evaluation);
+- ``none``: no fault. Its block (Linear -> ReLU -> residual add) is one torchao's x86 Inductor pass asserted on
+  under dynamic PT2E int8 at batch > 1 (``qlinear_post_op_fusion``, torchao of this project's lock).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import nn
 
 from lab.workloads import Datasets, SizeSpec, Workload
 
-FAULTS = ("forward", "backward", "autocast", "compile", "recompute", "prune", "int8", "deepcopy", "state_dict",
+FAULTS = ("none", "forward", "backward", "autocast", "compile", "recompute", "prune", "int8", "deepcopy", "state_dict",
           "evaluate")
 
 

@@ -78,6 +78,21 @@ def test_a_technique_that_can_take_another_way_does_and_says_so():
     assert any("fell back to legacy" in w and "InjectedFault" in w for w in r.why), r.why
 
 
+@pytest.mark.slow  # two Inductor compiles of the int8 graph (batch 1, then the one that fails)
+def test_a_graph_inductor_cannot_compile_takes_the_legacy_flow_and_says_so():
+    """PT2E dynamic int8 of a Linear -> ReLU -> residual block: where torchao's Inductor pass asserts on it (at
+    the run's evaluation batch, after quantization), the legacy flow takes the model and the record says why;
+    where it compiles, the PT2E graph runs int8. Never a failed run."""
+    r = run(_cfg("none", **{"quant.method": "dynamic"}), on_error="record")
+    assert r.status == "ok", r.error
+    q = r.details["quant"]
+    if q["flow"] == "legacy":
+        assert q["flow_asked"] == "pt2e" and "Inductor could not compile the int8 graph" in q["flow_fallback"]
+        assert any("fell back to legacy" in w for w in r.why) and q["swap"]["n_swapped"] == 3
+    else:
+        assert q["swap"]["graph"]["int8_linear"] == 3
+
+
 def test_on_error_raise_keeps_the_exception_and_adds_the_line():
     with pytest.raises(RuntimeError) as err:  # the spec's own InjectedFault (the file is loaded apart)
         run(_cfg("autocast", **{"precision.dtype": "bf16"}))

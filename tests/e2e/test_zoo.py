@@ -2,8 +2,9 @@
 each cell is ok with its effect verified from the run record (loader and fused optimizer named, bf16 outputs
 seen, blocks checkpointed, sparsity measured, channels removed, modules swapped to int8 and int8 MACs counted)
 or refused by ``lab.run`` before any training step in one line that says why. Never a traceback, never a silent
-no-op. The slow doors (``torch.compile``, the PT2E flows, low-bit Adam, DDP x 2) of every pattern are in
-``benchmarks/zoo.py``, which prints the whole table (docs/workloads.md); DDP of a view buffer and PT2E of int
+no-op. The slow doors (``torch.compile``, the PT2E flows, low-bit Adam, DDP x 2) and legacy QAT (the static
+column's FX tracing and refusals, plus a fine-tune) of every pattern are in ``tests/zoo_table.py``, which writes
+the whole table (docs/workloads.md); DDP of a view buffer and PT2E of int
 tensors made in forward and of an ``nn.Transformer`` subclass are tested in tests/distributed and
 tests/e2e/test_pasted.py. No timing assertions."""
 
@@ -26,8 +27,7 @@ TECHNIQUES: dict[str, dict] = {
     "prune50": {"prune.method": "l1_unstructured", "prune.amount": 0.5, "prune.finetune_epochs": 1},
     "prune_channels50": {"prune.method": "structured_channels", "prune.amount": 0.5, "prune.finetune_epochs": 1},
     "int8_eager": {"quant.method": "dynamic", "quant.flow": "legacy"},
-    "int8_static_legacy": {"quant.method": "static", "quant.flow": "legacy", "quant.calibration_batches": 2},
-    "int8_qat_legacy": {"quant.method": "qat", "quant.flow": "legacy"},
+    "int8_static_legacy": {"quant.method": "static", "quant.flow": "legacy", "quant.calibration_batches": 1},
 }
 NO_BLOCKS = ("has no blocks to checkpoint", "Workload(blocks=fn)")
 NO_FX = ("FX symbolic tracing fails", "quant.flow='pt2e'")
@@ -37,7 +37,7 @@ REFUSED: dict[tuple[str, str], tuple[str, ...]] = {
         "next_params", "view_buffers", "tied", "tuple_out", "seq_first", "log_softmax", "int_forward", "data_branch",
         "custom_layernorm")},
     **{(p, t): NO_FX for p in ("next_params", "view_buffers", "tuple_out", "data_branch", "transformer_subclass")
-       for t in ("int8_static_legacy", "int8_qat_legacy")},
+       for t in ("int8_static_legacy",)},
     ("seq_first", "prune_channels50"): ("no structurally prunable layer", "rnn:", "head: the output layer"),
 }
 ZOO = [p for p in PATTERNS if p != "tuple_out_raw"]
@@ -102,3 +102,31 @@ def test_a_tuple_output_is_refused_before_training_naming_the_adapter():
     with pytest.raises(ValueError, match=r"returned tuple.*\(\[64x4\] float32, NoneType\).*FirstOutput") as err:
         run(_cfg("tuple_out_raw", {}))
     assert "\n" not in str(err.value)
+
+
+def test_static_int8_of_a_model_no_flow_can_trace_is_refused_before_training():
+    """A branch on a value: torch.export and FX symbolic tracing both fail, so PT2E static int8 is refused before
+    training (it was refused after it, the training spent)."""
+    events: list[dict] = []
+    with pytest.raises(ValueError, match=r"torch\.export cannot trace DataBranch.*FX symbolic tracing fails too"):
+        run(_cfg("data_branch", {"quant.method": "static", "quant.calibration_batches": 2}), progress=events.append)
+    assert not [e for e in events if "step" in e]
+
+
+def test_an_adapter_taking_star_inputs_exports_with_a_dynamic_batch():
+    """``FirstOutput.forward(self, *inputs)``: torch.export matches dynamic_shapes to the signature, so the inputs
+    taken by ``*inputs`` are one tuple there (a flat tuple failed: "inputs[0] is a tuple ... dynamic_shapes[0] is
+    a dict", and PT2E fell back to legacy)."""
+    import torch
+    from zoo_models import TupleOut
+
+    from lab.quant.export import batch_dims, export_for_quant
+    from lab.workloads import FirstOutput
+
+    model = FirstOutput(TupleOut()).eval()
+    assert batch_dims(model, 1) == (({0: torch.export.Dim.AUTO},),)
+    assert batch_dims(TupleOut(), 1) == ({0: torch.export.Dim.AUTO},)
+    x = torch.randint(0, 12, (4, 8))
+    gm = export_for_quant(model, (x,))
+    torch.testing.assert_close(gm(torch.randint(0, 12, (6, 8)))[:0], model(torch.randint(0, 12, (6, 8)))[:0])
+    torch.testing.assert_close(gm(x), model(x))
