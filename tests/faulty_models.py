@@ -123,3 +123,14 @@ def __getattr__(name: str) -> Workload:  # tests/faulty_models.py:FORWARD, :BACK
     if name.lower() in FAULTS:
         return workload(name.lower())
     raise AttributeError(name)
+
+
+def BAD_DATA() -> Workload:  # noqa: N802 - a spec NAME, as the others
+    """``make_data`` itself raises: refused before any work, naming its line."""
+    def make_data(spec: SizeSpec, seed: int) -> Datasets:
+        raise InjectedFault("fault injected in make_data")
+
+    return Workload(name="faulty_bad_data", description="make_data raises", sizes=SizeSpec(
+        n_train=64, n_test=32, batch_size=32, epochs=1, lr=1e-2), make_data=make_data,
+        make_model=lambda spec: Faulty("none"), loss=F.cross_entropy, metric_name="accuracy",
+        evaluate=lambda out, y: {"accuracy": 0.0})

@@ -22,7 +22,7 @@ user's file. Beside ``tests/pasted_models.py`` (models copied whole); here each 
 
 Data: the gallery's planted-mode tokens (the label is the class token planted most often), 64 training rows,
 batch 32, one epoch: two steps. Every ``tiny`` run takes well under a second on a 2-core CPU. Used by
-``tests/e2e/test_zoo.py`` and ``benchmarks/zoo.py`` (the pattern x technique table).
+``tests/e2e/test_zoo.py`` and ``tests/zoo_table.py`` (the pattern x technique table).
 """
 
 from __future__ import annotations

@@ -141,3 +141,10 @@ def test_a_data_parallel_rank_that_raises_names_the_models_line():
     msg = str(err.value)
     assert "\n" not in msg and re.search(r"rank \d raised InjectedFault: distributed\+?\w* failed at training", msg)
     assert re.search(rf"{re.escape(FILE)}:\d+ in backward", msg), msg
+
+
+def test_a_workload_whose_data_code_raises_is_refused_before_any_work_naming_its_line():
+    with pytest.raises(ValueError, match=rf"make_data raised InjectedFault: fault injected in make_data at "
+                                         rf"{re.escape(FILE)}:\d+ in make_data") as err:
+        run(_cfg("bad_data"))
+    assert "\n" not in str(err.value)
