@@ -79,7 +79,8 @@ class Failure:
         where = ""
         if self.where:
             code = f" `{self.code}`" if self.code else ""
-            where = f" at {self.where}{code}" + ("" if self.in_user_code else " (the lab's code, not the model's)")
+            where = f" at {self.where}{code}" + (" (the lab's code, not the model's)" if self.where.startswith("lab/")
+                                                 and not self.in_user_code else "")
         return (f"{self.technique} {self.status} at {self.stage} on {self.model}: {self.exception}: "
                 f"{self.message}{where}; tried {self.tried}; {self.hint}")
 
@@ -117,11 +118,13 @@ def _frames(exc: BaseException) -> list[traceback.FrameSummary]:
 
 
 def _short(path: str) -> str:
-    p = Path(path)
-    try:
-        return str(p.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(p.relative_to(_LAB.parent)) if p.is_relative_to(_LAB.parent) else str(p)
+    """``path`` relative to the lab's checkout (``lab/quant/int8.py``, ``tests/...``), else to the working
+    directory, else as it is."""
+    p = Path(path).resolve()
+    for root in (_LAB.parent, Path.cwd()):
+        if p.is_relative_to(root):
+            return str(p.relative_to(root))
+    return str(p)
 
 
 def raised_at(exc: BaseException, files: set[str]) -> tuple[str | None, str | None, bool]:
@@ -157,7 +160,7 @@ def describe(exc: BaseException, *, model: nn.Module | None, functions: Iterable
     do) defaults to one derived from where it raised; ``status`` to ``refused`` for the lab's own ``ValueError``
     and ``failed`` otherwise."""
     where, code, mine = raised_at(exc, user_files(model, functions))
-    lab_refusal = isinstance(exc, ValueError) and not mine and where is not None and where.startswith("lab")
+    lab_refusal = isinstance(exc, ValueError) and not mine and where is not None and where.startswith("lab/")
     status = status or ("refused" if lab_refusal else "failed")
     model_name = "the model" if model is None else _class_name(type(model))
     if hint is None:
