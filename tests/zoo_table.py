@@ -98,7 +98,8 @@ def _reason(text: str) -> str:
     import re
 
     text = re.sub(r"workload 'zoo_\w+'", "workload W", text)
-    text = re.sub(r"\b(cannot trace|its model \(|^structured_channels: )[A-Z]\w+", r"\1M", text)
+    text = re.sub(r"(its model \(|^structured_channels: )[A-Z]\w+", r"\1M", text)
+    text = re.sub(r"quant\.method='(static|qat)'", "quant.method='static' / 'qat'", text)
     return text.split(": head: ")[0] if text.startswith("structured_channels") else text
 
 
