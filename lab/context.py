@@ -28,6 +28,7 @@ from lab.config import RunConfig
 from lab.loop import FitStats, Loader, ProgressFn, StepHook, StepPolicy, fit, make_optimizer, to_device
 from lab.measure import environment_stamp
 from lab.result import RunResult, new_run_id, timeline, utc_now_iso
+from lab.result.failure import first_line, raised_at, user_files
 from lab.technique import FitPlan, TechniqueChain, default_chain
 from lab.workloads import Datasets, SizeSpec, Workload, get_workload
 
@@ -233,7 +234,13 @@ def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None,
                        warmup_steps=cfg.warmup_steps)
     with thread_count(cfg.threads):
         result.env = environment_stamp(str(r.device))
-        data = fit_to_size(r.workload.make_data(r.spec, cfg.data_seed), r.spec, r.workload.name)
+        try:
+            made = r.workload.make_data(r.spec, cfg.data_seed)
+        except Exception as exc:  # the user's data code: one line naming its line, before any work (no traceback)
+            where, code, _ = raised_at(exc, user_files(None, [r.workload.make_data]))
+            raise ValueError(f"workload {r.workload.name!r}: make_data raised {type(exc).__name__}: "
+                             f"{first_line(exc)}" + (f" at {where} `{code}`" if where else "")) from exc
+        data = fit_to_size(made, r.spec, r.workload.name)
         yield TrainContext(cfg=cfg, resolved=r, data=data, result=result, techniques=chain, progress=progress)
     if os.environ.get("LAB_LAUNCHER") == "spawn" and cfg.ddp.world_size > 1:  # a spawned rank: its start-up
         result.details["ddp_spawn_s"] = max(0.0, started - _process_started())

@@ -39,6 +39,8 @@ pass its own chain (a test adds a toy technique that way). Validation lives only
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ from torch import nn
 
 from lab.loop import DDPStep, FitStats, Loader, StepHook, StepPolicy
 from lab.registry import FAMILIES, FAMILY_ORDER, LAUNCHERS, OPTIONS
+from lab.result.failure import describe, tag
 from lab.timed import NotTimed
 
 if TYPE_CHECKING:
@@ -88,6 +91,9 @@ class Technique:
 
     #: The family's name in :data:`lab.registry.FAMILIES` (also its key in ``details["techniques"]``).
     name: str = ""
+    #: The ``RunConfig`` fields the family owns beyond those its options set (:func:`config_keys`): a family
+    #: with no option string (data-parallel: ``ddp``) names its own.
+    config_fields: tuple[str, ...] = ()
 
     def check(self, cfg: RunConfig) -> None:
         """Refuse what cannot run on this machine, before any data is made or any process started."""
@@ -124,9 +130,8 @@ class Technique:
         with the reason where ``cfg`` asks for what the script cannot express. Here (a family that writes no part):
         refused where ``cfg`` changes a config its options set, so nothing is silently left out of a script
         (``tests/core/test_families.py`` holds every option to a part or a listed reason)."""
-        keys = {k.split(".")[0] for o in OPTIONS.values() if o.family == self.name for k in o.overrides if "." in k}
         default = type(cfg)()
-        if any(getattr(cfg, k) != getattr(default, k) for k in keys):
+        if any(getattr(cfg, k) != getattr(default, k) for k in config_keys(self.name)):
             raise NotPortable(f"the {self.name} family writes no plain-PyTorch part yet (Technique.portable)")
         return None
 
@@ -138,6 +143,30 @@ class Technique:
     def report(self, result: RunResult) -> dict[str, Any] | None:
         """A short summary of what the family did in ``result`` (``None``: nothing to say)."""
         return None
+
+    def tried(self, cfg: RunConfig) -> str:
+        """What the family does in a run of ``cfg``, in the words of a failure's line (:mod:`lab.result.failure`):
+        here its settings that differ from their defaults (``quant.method='static'``)."""
+        return family_settings(cfg, self.name)
+
+
+def config_keys(name: str) -> set[str]:
+    """The ``RunConfig`` fields (``prune``, ``ddp``) the family ``name`` owns: those its registered options set and
+    those its technique names (:attr:`Technique.config_fields`)."""
+    own = FAMILIES.get(name).config_fields if name in FAMILIES else ()
+    return {k.split(".")[0] for o in OPTIONS.values() if o.family == name for k in o.overrides if "." in k} | set(own)
+
+
+def family_settings(cfg: RunConfig, name: str) -> str:
+    """The family ``name``'s settings in ``cfg`` that differ from their defaults, as ``field=value`` pairs (the
+    family's name alone where nothing differs)."""
+    changed = []
+    for key in sorted(config_keys(name)):
+        family = getattr(cfg, key)
+        default = type(family)()
+        changed += [f"{key}.{f.name}={getattr(family, f.name)!r}" for f in dataclasses.fields(family)
+                    if getattr(family, f.name) != getattr(default, f.name)]
+    return ", ".join(changed) or name
 
 
 class NotPortable(ValueError):
@@ -322,32 +351,55 @@ class TechniqueChain(Sequence[Technique]):
         return SINGLE_PROCESS
 
     def preflight(self, ctx: TrainContext, model: nn.Module) -> None:
+        """Each technique's preflight. A ``ValueError`` is the technique's own refusal and passes as it is; any
+        other exception (the user's model raised while a technique traced or tried it) is refused here too, as
+        one line naming the technique and the line that raised (:func:`lab.result.failure.describe`)."""
         for t in self._items:
-            t.preflight(ctx, model)
+            try:
+                t.preflight(ctx, model)
+            except ValueError:
+                raise
+            except Exception as exc:
+                failure = describe(exc, model=model, technique=t.name, stage="preflight", tried=t.tried(ctx.cfg),
+                                   hint=f"run without {t.name}, or fix the model", status="refused")
+                raise ValueError(failure.line()) from exc
 
     def loader_factory(self, ctx: TrainContext) -> Callable[[int], Loader]:
         make: Callable[[int], Loader] | None = None
         for t in self._items:
-            make = t.loader_factory(ctx, make)
+            with stage(t.name, "loader"):
+                make = t.loader_factory(ctx, make)
         if make is None:
             raise RuntimeError(f"no technique in the chain {self.names()} builds loaders")
         return make
 
     def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
         for t in self._items:
-            t.fit_options(ctx, model, plan)
+            with stage(t.name, f"fit_options ({plan.phase})"):
+                t.fit_options(ctx, model, plan)
 
     def before_training(self, ctx: TrainContext, model: nn.Module) -> tuple[nn.Module, list[StepHook]]:
         hooks: list[StepHook] = []
         for t in self._items:
-            model, more = t.before_training(ctx, model)
+            with stage(t.name, "before_training"):
+                model, more = t.before_training(ctx, model)
             hooks.extend(more)
         return model, hooks
 
     def after_training(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
         for t in self._items:
-            model = t.after_training(ctx, model)
+            with stage(t.name, "after_training"):
+                model = t.after_training(ctx, model)
         return model
+
+    def enabled(self, cfg: RunConfig) -> list[str]:
+        """The techniques of this chain that ``cfg`` switches on (their config is not the no-op default)."""
+        return [t.name for t in self._items if any(getattr(cfg, k).enabled for k in config_keys(t.name))]
+
+    def tried(self, cfg: RunConfig, names: Sequence[str]) -> str:
+        """What the techniques ``names`` of this chain do in ``cfg`` (:meth:`Technique.tried`), joined."""
+        parts = [t.tried(cfg) for t in self._items if t.name in names]
+        return "; ".join(parts) or "the plain run (no technique on)"
 
     def replaces_model(self, cfg: RunConfig) -> bool:
         return any(t.replaces_model(cfg) for t in self._items)
@@ -356,10 +408,22 @@ class TechniqueChain(Sequence[Technique]):
         """``{family: summary}`` for the families that had something to say."""
         out = {}
         for t in self._items:
-            summary = t.report(result)
+            with stage(t.name, "report"):
+                summary = t.report(result)
             if summary is not None:
                 out[t.name] = summary
         return out
+
+
+@contextlib.contextmanager
+def stage(technique: str, name: str) -> Iterator[None]:
+    """Tag an exception leaving ``technique``'s stage ``name`` (:func:`lab.result.failure.tag`): the run turns it
+    into one line naming both (:func:`lab.train.run`)."""
+    try:
+        yield
+    except Exception as exc:
+        tag(exc, technique, name)
+        raise
 
 
 def default_chain() -> TechniqueChain:
@@ -378,5 +442,5 @@ def default_chain() -> TechniqueChain:
 
 
 __all__ = ["AFTER_TRAINING", "AXES", "PROFILE_PHASE", "SINGLE_PROCESS", "TRAINING", "FitPlan", "Launcher",
-           "NotPortable", "Option", "Portable", "Technique", "TechniqueChain", "default_chain", "register_option",
-           "register_options"]
+           "NotPortable", "Option", "Portable", "Technique", "TechniqueChain", "config_keys", "default_chain",
+           "family_settings", "register_option", "register_options", "stage"]

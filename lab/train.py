@@ -15,8 +15,6 @@ Run it: ``python -m lab run --workload ctr --size small`` (notebooks/00_tour.ipy
 
 from __future__ import annotations
 
-import traceback
-
 import torch
 from torch import nn
 
@@ -26,6 +24,7 @@ from lab.context import TrainContext, prepare, resolve_device
 from lab.loop import ProgressFn, to_device
 from lab.profiling import capture_training_profile, profile_run
 from lab.result import RunResult, health
+from lab.result.failure import FAILURE, Failure, describe, frames_text, tagged
 from lab.technique import Launcher, TechniqueChain, default_chain
 from lab.workloads.contract import check_contract
 
@@ -42,10 +41,13 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
     """Train ``cfg``'s workload once and measure it.
 
     ``progress`` receives a small dict per step (``phase``, ``step``, ``total_steps``, ``epoch``, ``loss``)
-    and once per evaluation. ``on_error="record"`` turns a failure during the run into a RunResult with
-    ``status="error"`` (what an ablation stores as an error row); ``"raise"`` re-raises. Configuration
-    problems always raise before any work starts. ``techniques`` defaults to every registered family
-    (:func:`lab.technique.default_chain`); spawned ranks run the default chain.
+    and once per evaluation. ``on_error="record"`` turns a failure during the run into a RunResult whose
+    ``status`` is ``failed`` (or ``refused``, where the lab declined mid-run) and whose ``error`` is one line
+    naming the technique, the stage, the line of the model's code that raised, what was tried and what to do
+    (:func:`failure_of`; ``details["failure"]`` holds its parts): what an ablation stores as an error row.
+    ``"raise"`` re-raises the exception itself, that line added as a note (and as its ``lab_failure``).
+    Configuration problems always raise before any work starts (a ``ValueError``, one line). ``techniques``
+    defaults to every registered family (:func:`lab.technique.default_chain`); spawned ranks run the default chain.
     """
     if on_error not in ("raise", "record"):
         raise ValueError(f"on_error={on_error!r} is invalid: allowed: raise, record")
@@ -63,12 +65,43 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
         try:
             train_and_measure(ctx, launcher)
         except Exception as exc:
+            failure = failure_of(ctx, exc)
             if on_error == "raise":
+                if getattr(exc, FAILURE, None) is None:
+                    exc.add_note(failure.line())
+                    setattr(exc, FAILURE, failure)
                 raise
-            ctx.result.status, ctx.result.error = "error", f"{type(exc).__name__}: {exc}"
-            ctx.result.details["traceback"] = traceback.format_exc(limit=8)
+            ctx.result.status, ctx.result.error = failure.status, failure.line()
+            ctx.result.details["failure"] = {**failure.to_dict(), "frames": frames_text(exc)}
     measure.attach(ctx.result, meter.stop(), sibling_ranks=measure.sibling_ranks())
     return ctx.result
+
+
+#: ``ctx.state`` key of the stage :func:`train_and_measure` is in (what a failure outside a technique's own stage
+#: is attributed to).
+STAGE = "run_stage"
+
+
+def failure_of(ctx: TrainContext, exc: BaseException) -> Failure:
+    """``exc`` as a :class:`lab.result.failure.Failure`: the technique and stage it was tagged with by the chain
+    (:func:`lab.technique.stage`), else the run's own stage (the fit, an evaluation, a measurement) charged to
+    the families the config switches on (those that replace the model, after training), or ``baseline``."""
+    cfg, wl = ctx.cfg, ctx.workload
+    at = tagged(exc)
+    stage = ctx.state.get(STAGE, "training")
+    if at is not None:
+        names, stage = [at[0]], at[1]
+    else:
+        on = ctx.techniques.enabled(cfg)
+        replacing = [t.name for t in ctx.techniques if t.name in on and t.replaces_model(cfg)]
+        names = replacing if replacing and stage in ("evaluate", "measure") else on
+    technique = "+".join(names) or "baseline"
+    try:
+        model = ctx.new_model()  # for its classes: which files are the user's (a failure never resumes the run)
+    except Exception:  # noqa: BLE001 - the model that cannot be built is named by the exception itself
+        model = None
+    return describe(exc, model=model, functions=(wl.make_model, wl.loss, wl.evaluate, wl.make_data),
+                    technique=technique, stage=stage, tried=ctx.techniques.tried(cfg, names))
 
 
 def preflight(ctx: TrainContext) -> None:
@@ -105,11 +138,14 @@ def train_and_measure(ctx: TrainContext, launcher: Launcher) -> None:
         "data_info": ctx.data.info,
         "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
                     "loader_workers": cfg.data.num_workers}})
+    ctx.state[STAGE] = "before_training"
     model, hooks = chain.before_training(ctx, ctx.new_model())
     if ctx.is_main_rank:
+        ctx.state[STAGE] = "evaluate (untrained)"
         before = ctx.evaluate(model)
         result.metric_before = before[r.workload.metric_name]
         say({"phase": "eval_before", "metrics": before})
+    ctx.state[STAGE] = "training"
     model = launcher.wrap(ctx, model)
     stats = ctx.fit(model, epochs=r.epochs, lr=r.lr, max_steps=cfg.max_steps, step_hooks=hooks)
     model = launcher.unwrap(ctx, model)
@@ -120,7 +156,9 @@ def train_and_measure(ctx: TrainContext, launcher: Launcher) -> None:
     result.train_time_s, result.steps, result.losses = stats.time_s, stats.steps, stats.losses
     result.step_times_ms = stats.step_times_ms
     result.peak_memory_mb, result.memory_kind = stats.peak_memory_mb, stats.memory_kind
+    ctx.state[STAGE] = "after_training"
     model = chain.after_training(ctx, model)
+    ctx.state[STAGE] = "evaluate"
     after = ctx.evaluate(model)
     result.metrics, result.metric = after, after[r.workload.metric_name]
     if result.metric != result.metric:
@@ -129,10 +167,12 @@ def train_and_measure(ctx: TrainContext, launcher: Launcher) -> None:
         health.judge(result, chance=r.workload.chance, higher_is_better=r.workload.higher_is_better, lr=r.lr,
                      capped=stats.steps < ctx.total_steps(max_steps=False), baseline=not cfg.enabled_families())
     say({"phase": "eval", "metrics": after})
+    ctx.state[STAGE] = "measure"
     measure_model(ctx, model)
     result.details["utilisation"] = measure.run_utilisation(result)  # how far from this machine's GEMM peak
     if cfg.profile:
         profile_run(ctx, captured, model)
+    ctx.state[STAGE] = "report"
     result.details["techniques"] = chain.report(result)
     say({"phase": "done"})
 

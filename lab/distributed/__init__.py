@@ -113,6 +113,7 @@ class DataParallel(Technique):
     processes are :class:`DataParallelLauncher`'s."""
 
     name = "distributed"
+    config_fields = ("ddp",)
 
     def check(self, cfg: RunConfig) -> None:
         """Refuse a backend this machine cannot run (NCCL without CUDA), and more ranks than this machine may

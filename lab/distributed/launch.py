@@ -53,6 +53,7 @@ from lab.distributed.supervise import (
     tell,
 )
 from lab.result import RunResult
+from lab.result.failure import FAILURE
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,9 @@ def _spawn_entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, 
         torch.save(value, out / f"rank{rank}.tmp")
         os.replace(out / f"rank{rank}.tmp", out / f"rank{rank}.pt")  # a result file is complete or absent
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which names this rank
-        record = {"type": type(exc).__name__, "message": str(exc).strip(), "dist": is_dist_error(exc),
+        failure = getattr(exc, FAILURE, None)  # lab.train.run's one line: technique, stage, the model's line
+        record = {"type": type(exc).__name__, "message": failure.line() if failure else str(exc).strip(),
+                  "dist": is_dist_error(exc),
                   "value_error": isinstance(exc, ValueError), "traceback": traceback.format_exc(limit=20)}
         with contextlib.suppress(OSError):
             (out / f"rank{rank}.err").write_text(json.dumps(record))

@@ -40,6 +40,7 @@ from lab.memory.checkpointing import checkpointed_copy
 from lab.precision import capability, model_gate
 from lab.registry import OPTIONS
 from lab.result import RunResult
+from lab.result.failure import failed
 from lab.technique import Option
 from lab.train import check, run
 
@@ -235,7 +236,7 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
         else:
             allowed.append(OPTIONS[n])
     result = run(base, progress=progress, on_error="record")
-    if result.status == "error":
+    if failed(result.status):
         raise ValueError(f"the profiled baseline failed: {result.error}")
     prof = result.details.get("profile", {})
     if "train" not in prof:

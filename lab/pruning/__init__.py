@@ -63,7 +63,7 @@ def _check_model(model: nn.Module, pcfg: PruneConfig, scopes: ScopesFn | None,
     that matches nothing or cannot be pruned, a weight that cannot carry a mask (tied, or its module never
     runs), a model with nothing left to prune."""
     if pcfg.method == "structured_channels":
-        channel_prunable_layers(model, pcfg.layers, scopes)
+        channel_prunable_layers(model, pcfg.layers, scopes, example)
         return None
     return prunable_weights(model, pcfg.layers, example)
 
@@ -89,7 +89,8 @@ def _prune_and_finetune(ctx: TrainContext, model: nn.Module) -> nn.Module:
     dense = make_permanent(_copy(model, example))
     metric_name = ctx.workload.metric_name
     info: dict[str, Any] = {"method": pcfg.method, "amount": pcfg.amount, "schedule": pcfg.schedule}
-    info["excluded"] = (channel_exclusions(dense, ctx.workload.prune_scopes) if pcfg.method == "structured_channels"
+    info["excluded"] = (channel_exclusions(dense, ctx.workload.prune_scopes, example)
+                        if pcfg.method == "structured_channels"
                         else excluded_weights(dense, pcfg.layers, example))
     hook = ctx.state.pop("prune.schedule", None)
     if hook is not None:

@@ -68,6 +68,8 @@ WHY_ATTENTION = ("Torch-Pruning 1.6 prunes nn.MultiheadAttention only along embe
 WHY_RESIDUAL = "writes the residual stream of a Transformer layer, whose width the embedding and every layer share"
 WHY_OUTPUT = "the output layer: its width is the number of outputs"
 WHY_TIED = "holds a Parameter shared with another module (weight tying)"
+WHY_FEEDS_TIED = ("its output channels are the input width of {reader}, whose Parameter is shared with another "
+                  "module (weight tying): pruning them would untie it")
 WHY_CONV1D = ("a Hugging Face Conv1D (GPT-2 style, weight [in, out]): Torch-Pruning traces nn.Linear / Conv2d "
               "layers only, and GPT-2's c_attn packs the q, k, v of every head into one output; not channel-pruned")
 WHY_HEADS_UNKNOWN = ("inside an attention whose heads the lab does not recognise (lab.pruning.channels.HEAD_LAYOUTS: "
@@ -204,6 +206,34 @@ def _shared_parameter_owners(model: nn.Module) -> list[list[nn.Module]]:
     return [ms for ms in by_param.values() if len(ms) > 1]
 
 
+def tie_feeders(model: nn.Module, example_inputs: tuple | None) -> dict[int, tuple[nn.Module, str]]:
+    """``id -> (layer, reason)`` for the Linear / Conv2d layers whose output channels reach a module holding a
+    shared Parameter (nanoGPT's ``lm_head.weight = wte.weight``: the layer before the head sets the head's input
+    width, and so the embedding's). Torch-Pruning's dependency graph says which; empty without ties or inputs."""
+    tied = {id(m): m for owners in _shared_parameter_owners(model) for m in owners}
+    if not tied or example_inputs is None:
+        return {}
+    import torch_pruning as tp
+
+    names = {id(m): n for n, m in model.named_modules()}
+    was_training = model.training
+    model.eval()
+    try:
+        graph = tp.DependencyGraph().build_dependency(model, example_inputs=example_inputs)
+    finally:
+        model.train(was_training)
+    out: dict[int, tuple[nn.Module, str]] = {}
+    for m in model.modules():
+        if not isinstance(m, CHANNEL_TYPES) or id(m) in tied:
+            continue
+        prune_out = tp.prune_linear_out_channels if isinstance(m, nn.Linear) else tp.prune_conv_out_channels
+        readers = {id(d.target.module) for d, _ in graph.get_pruning_group(m, prune_out, idxs=[0])} & tied.keys()
+        if readers:
+            reader = ", ".join(sorted(names.get(i, "?") for i in readers))
+            out[id(m)] = (m, WHY_FEEDS_TIED.format(reader=reader))
+    return out
+
+
 def _tie_signature(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
     """The (module, attribute) pairs of every shared Parameter, to check that pruning kept each tie."""
     by_param: dict[int, list[tuple[nn.Module, str]]] = {}
@@ -236,12 +266,15 @@ def structural_scopes(model: nn.Module, scopes: ScopesFn | None = None) -> list[
     return [("", model, [m for m, _ in _fixed_with_reasons(model).values()])]
 
 
-def channel_exclusions(model: nn.Module, scopes: ScopesFn | None = None) -> dict[str, str]:
+def channel_exclusions(model: nn.Module, scopes: ScopesFn | None = None,
+                       example_inputs: tuple | None = None) -> dict[str, str]:
     """``{layer: reason}`` for the layers ``structured_channels`` leaves at full width (the output layer,
-    RNNs, embeddings, attention, Transformer residual writers, tied layers), for ``details["prune"]``."""
+    RNNs, embeddings, attention, Transformer residual writers, tied layers and, with ``example_inputs``, the
+    layers feeding a tied one), for ``details["prune"]``."""
     names = {id(m): n for n, m in model.named_modules()}
     if scopes is None:
-        return {names[i]: why for i, (_, why) in _fixed_with_reasons(model).items() if i in names}
+        fixed = {**tie_feeders(model, example_inputs), **_fixed_with_reasons(model)}
+        return {names[i]: why for i, (_, why) in fixed.items() if i in names}
     out: dict[str, str] = {}
     for _, _, fixed in scopes(model):
         for m in fixed:
@@ -250,13 +283,16 @@ def channel_exclusions(model: nn.Module, scopes: ScopesFn | None = None) -> dict
 
 
 def channel_prunable_layers(model: nn.Module, layers: tuple[str, ...] = (),
-                            scopes: ScopesFn | None = None) -> dict[str, nn.Module]:
+                            scopes: ScopesFn | None = None, example_inputs: tuple | None = None
+                            ) -> dict[str, nn.Module]:
     """Qualified names of the layers whose output channels ``structured_channels`` would remove, filtered
-    by ``layers`` (names or type names; ``()`` = all). Raises ValueError for a pattern that matches
-    nothing or only layers that cannot be channel-pruned, and when nothing is left to prune."""
+    by ``layers`` (names or type names; ``()`` = all); with ``example_inputs``, minus the layers that feed a tied
+    one (:func:`tie_feeders`). Raises ValueError for a pattern that matches nothing or only layers that cannot
+    be channel-pruned, and when nothing is left to prune."""
     out: dict[str, nn.Module] = {}
+    feeders = tie_feeders(model, example_inputs) if scopes is None else {}
     for prefix, scope, fixed in structural_scopes(model, scopes):
-        fixed_ids = {id(m) for m in fixed}
+        fixed_ids = {id(m) for m in fixed} | feeders.keys()
         for name, m in scope.named_modules():
             qual = f"{prefix}.{name}" if prefix and name else (prefix or name)
             if isinstance(m, CHANNEL_TYPES) and id(m) not in fixed_ids:
@@ -276,7 +312,7 @@ def channel_prunable_layers(model: nn.Module, layers: tuple[str, ...] = (),
     if layers:
         out = {n: m for n, m in out.items() if _matches(n, m, layers)}
     if not out:
-        why = "; ".join(f"{n}: {r}" for n, r in channel_exclusions(model, scopes).items())
+        why = "; ".join(f"{n}: {r}" for n, r in channel_exclusions(model, scopes, example_inputs).items())
         raise ValueError(f"structured_channels: {type(model).__name__} has no structurally prunable layer "
                          "(only Conv2d/Linear layers before the output layer qualify; LSTM, GRU, embeddings and "
                          f"attention are excluded){': ' + why if why else ''}")
@@ -300,7 +336,7 @@ def prune_channels(model: nn.Module, amount: float, *, example_inputs: tuple, no
 
     if not 0.0 <= amount < 1.0:
         raise ValueError(f"prune.amount={amount!r} is invalid: structured pruning needs 0 <= amount < 1")
-    targets = channel_prunable_layers(model, layers, scopes)
+    targets = channel_prunable_layers(model, layers, scopes, example_inputs)
     target_ids = {id(m) for m in targets.values()}
     before = {n: int(m.weight.shape[0]) for n, m in targets.items()}
     if amount == 0.0:

@@ -13,6 +13,7 @@ through ``ctx.fit`` first) and records ``result.details["quant"]``. Notebook: ``
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -24,11 +25,12 @@ from lab.quant import export, fair, flow_auto, graph, int8, numerics, pt2e, stor
 from lab.quant import portable as portable_
 from lab.quant import report as report_
 from lab.quant.export import *  # noqa: F403 - the names in its __all__
+from lab.quant.export import InductorFailed
 from lab.quant.fair import *  # noqa: F403 - the names in its __all__
 from lab.quant.flow_auto import *  # noqa: F403 - the names in its __all__
 from lab.quant.graph import *  # noqa: F403 - the names in its __all__
 from lab.quant.int8 import *  # noqa: F403 - the names in its __all__
-from lab.quant.int8 import check_fx_traceable, check_supported, quantize_with_report
+from lab.quant.int8 import check_fx_traceable, check_some_flow_traces, check_supported, quantize_with_report
 from lab.quant.numerics import *  # noqa: F403 - the names in its __all__
 from lab.quant.pt2e import *  # noqa: F403 - the names in its __all__
 from lab.quant.report import *  # noqa: F403 - the names in its __all__
@@ -69,14 +71,26 @@ def _quantize_trained(ctx: TrainContext, model: nn.Module) -> nn.Module:
         ctx.result.why.append(f"quant.flow='auto' took {info['flow']}: {info['auto']['why']}")
     else:
         q, info = quantize(qc)
+    try:
+        _measure(ctx, model, q, info, qat_stats)
+    except InductorFailed as exc:  # a batch size Inductor could not compile: the legacy flow takes the model
+        if info.get("flow") != "pt2e":
+            raise
+        q, info = quantize(dataclasses.replace(qc, flow="legacy"))
+        info.update(flow_asked=qc.flow, flow_fallback=f"{exc}; the legacy torch.ao flow took it")
+        _measure(ctx, model, q, info, qat_stats)
+    ctx.result.details["quant"] = info
+    return q
+
+
+def _measure(ctx: TrainContext, model: nn.Module, q: nn.Module, info: dict[str, Any],
+             qat_stats: dict[str, Any]) -> None:
     info["backend_engine"] = (torch.backends.quantized.engine if info.get("flow") == "legacy"
                               else "x86 (Inductor + oneDNN)")
     info["isa_flags"] = ctx.result.env.get("isa_flags", [])
     info["cpu"] = ctx.result.env.get("cpu_model")
     info["cpu_capability"] = ctx.result.env.get("cpu_capability")
     measure_against_float(ctx, model, q, info, qat_stats)
-    ctx.result.details["quant"] = info
-    return q
 
 
 class Quantization(Technique):
@@ -121,6 +135,8 @@ class Quantization(Technique):
         check_model(model, qc.method)
         if qc.flow == "legacy" and qc.method in ("static", "qat"):  # auto: legacy is then not a candidate
             check_fx_traceable(model, qc.method)
+        if qc.flow == "pt2e" and qc.method in ("static", "qat"):
+            check_some_flow_traces(model, qc.method, tuple(t[:2].to(ctx.device) for t in ctx.data.train[:-1]))
         if qc.method == "static":
             available = ctx.steps_per_epoch()
             # the default (16) adapts to a small split; a number asked for must be there

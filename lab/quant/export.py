@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 import logging
 import warnings
 from collections.abc import Iterator
@@ -82,6 +83,25 @@ class ExportFailed(ValueError):
     """torch.export could not trace the model: the PT2E flow cannot quantize it (the legacy one may)."""
 
 
+class InductorFailed(ExportFailed):
+    """Inductor could not compile the converted int8 graph (a torchao fusion pass asserting on a pattern it did not
+    expect: ``qlinear_post_op_fusion`` on a Linear -> ReLU -> residual add under dynamic int8): the PT2E flow
+    cannot run it, so the legacy flow takes the model as after a failed export, and the record says why."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> InductorFailed:
+        """From torch's ``BackendCompilerFailed``: its inner exception and the frame that raised it, in one line."""
+        import traceback
+
+        inner = getattr(exc, "inner_exception", None) or exc
+        frames = traceback.extract_tb(inner.__traceback__)
+        where = f" at {'/'.join(frames[-1].filename.split('/')[-3:])}:{frames[-1].lineno} in {frames[-1].name}" \
+            if frames else ""
+        text = (str(inner).strip().splitlines() or [""])[0]
+        return cls(f"Inductor could not compile the int8 graph ({type(inner).__name__}{': ' + text if text else ''}"
+                   f"{where})")
+
+
 @contextlib.contextmanager
 def _causal_mask_check_skipped(skipped: list[int]) -> Iterator[None]:
     """For the duration of one export, ``_detect_is_causal_mask`` returns the caller's hint (``is_causal``, None ->
@@ -107,13 +127,28 @@ def _causal_mask_check_skipped(skipped: list[int]) -> Iterator[None]:
         transformer._detect_is_causal_mask = detect
 
 
+def batch_dims(model: nn.Module, n_inputs: int) -> tuple:
+    """``dynamic_shapes`` for a dynamic batch dimension on each of ``n_inputs`` positional inputs, shaped as
+    ``model.forward``'s signature: inputs taken by ``*args`` (an adapter's ``forward(self, *inputs)``) are one
+    tuple there, as torch.export matches the structure of the arguments."""
+    dims = [{0: torch.export.Dim.AUTO} for _ in range(n_inputs)]
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return tuple(dims)
+    for i, p in enumerate(params):
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            return (*dims[:i], tuple(dims[i:]))
+    return tuple(dims)
+
+
 def export_for_quant(model: nn.Module, example_inputs: tuple[torch.Tensor, ...],
                      notes: dict[str, Any] | None = None) -> torch.fx.GraphModule:
     """``torch.export`` of ``model`` in its current mode with a dynamic batch dimension (the graph must accept
     the calibration, training and evaluation batches alike), as the GraphModule PT2E works on. A Transformer's
     causal-mask check is skipped (:data:`WHY_CAUSAL_MASK`; said in ``notes["export"]``); a model export still
     cannot trace raises :class:`ExportFailed` naming the model and export's first line."""
-    dims = tuple({0: torch.export.Dim.AUTO} for _ in example_inputs)
+    dims = batch_dims(model, len(example_inputs))
     skipped: list[int] = []
     try:
         with torchao_noise_filtered(), _causal_mask_check_skipped(skipped):
@@ -163,5 +198,5 @@ def float_only_quantizer(base: type) -> type:
     return FloatOnlyX86InductorQuantizer
 
 
-__all__ = ["export_for_quant", "ExportFailed", "float_only_quantizer", "torchao_noise_filtered", "WHY_CAUSAL_MASK",
-           "WHY_INTEGER_OPS"]
+__all__ = ["export_for_quant", "ExportFailed", "InductorFailed", "float_only_quantizer", "torchao_noise_filtered",
+           "WHY_CAUSAL_MASK", "WHY_INTEGER_OPS"]

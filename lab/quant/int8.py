@@ -30,7 +30,7 @@ from torch import nn
 
 from lab.config import QuantConfig, RunConfig
 from lab.context import resolve_device
-from lab.quant.export import ExportFailed
+from lab.quant.export import ExportFailed, export_for_quant
 from lab.quant.numerics import reduce_range_choice
 from lab.quant.swap import (
     API,
@@ -262,6 +262,18 @@ def check_fx_traceable(model: nn.Module, method: str) -> None:
                          f"symbolic tracing fails ({why}); use quant.flow='pt2e' (torch.export traces it)")
 
 
+def check_some_flow_traces(model: nn.Module, method: str, example_inputs: tuple) -> None:
+    """Before training, for PT2E static / QAT: where FX symbolic tracing fails (the legacy flow's way), export
+    must pass, or the run would be refused only after training (:func:`_export_fallback_reason`'s ``ValueError``,
+    raised here instead). A model FX traces needs no export here: the legacy flow takes it if export fails."""
+    if fx_trace_failure(model) is None:
+        return
+    try:
+        export_for_quant(copy.deepcopy(model).cpu().eval(), tuple(t.cpu() for t in example_inputs))
+    except ExportFailed as exc:
+        _export_fallback_reason(model, method, str(exc))
+
+
 def quantize(model: nn.Module, cfg: QuantConfig | RunConfig, calibration_loader: Iterable | None = None, *,
              finetune: Callable[[nn.Module], Any] | None = None, example_inputs: tuple | None = None
              ) -> nn.Module:
@@ -404,7 +416,7 @@ def _legacy_with_report(model: nn.Module, qc: QuantConfig, calibration_loader: I
 
 __all__ = [
     "affine_dequantize", "affine_qparams", "affine_quantize", "ao_warnings_filtered", "API_REASON",
-    "calibration_batches", "check_fx_traceable", "check_supported", "contiguous_embedding_indices", "fx_trace_failure",
-    "make_qconfig",
+    "calibration_batches", "check_fx_traceable", "check_some_flow_traces", "check_supported",
+    "contiguous_embedding_indices", "fx_trace_failure", "make_qconfig",
     "quantize", "quantize_with_report", "resolve_engine", "WHY_CONTIGUOUS",
 ]

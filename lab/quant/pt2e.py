@@ -46,7 +46,13 @@ import torch
 from torch import nn
 
 from lab.config import QuantConfig
-from lab.quant.export import WHY_INTEGER_OPS, export_for_quant, float_only_quantizer, torchao_noise_filtered
+from lab.quant.export import (
+    WHY_INTEGER_OPS,
+    InductorFailed,
+    export_for_quant,
+    float_only_quantizer,
+    torchao_noise_filtered,
+)
 from lab.quant.graph import check_graph_quantized, graph_swap_report
 from lab.quant.numerics import reduce_range_choice
 from lab.quant.storage import compact_int8_graph
@@ -219,7 +225,10 @@ class FrozenCompiled(nn.Module):
         with torch.no_grad():
             if torch._C._len_torch_dispatch_stack():
                 return self.graph(*inputs)
-            return self._call(inputs)
+            try:
+                return self._call(inputs)
+            except torch._dynamo.exc.BackendCompilerFailed as exc:  # the flow's failure, one line (InductorFailed)
+                raise InductorFailed.of(exc) from exc
 
 
 def compile_frozen(model: nn.Module) -> FrozenCompiled:
@@ -331,7 +340,13 @@ def quantize_pt2e_with_report(model: nn.Module, qc: QuantConfig, batches: Callab
     info["swap"] = graph_swap_report(converted, float_model, qc.method)
     check_graph_quantized(info["swap"], qc.method)
     info["stored"] = compact_int8_graph(converted)
-    return compile_frozen(converted), info
+    frozen = compile_frozen(converted)
+    # Compiled now at batch 1 (the size every measurement calls first, so no extra compile and the bucket stays
+    # the first larger batch met): a graph Inductor cannot compile is the flow's failure (InductorFailed), and the
+    # legacy flow takes the model (lab.quant.int8); a larger batch that fails later is retried there by the run
+    # (lab.quant._quantize_trained).
+    frozen(*tuple(t[:1] if isinstance(t, torch.Tensor) and t.dim() else t for t in example_inputs))
+    return frozen, info
 
 
 def converted_graph(model: nn.Module) -> torch.fx.GraphModule | None:

@@ -107,7 +107,10 @@ class RunResult:
     run_id: str  # uuid4 hex
     config: dict  # RunConfig.to_dict()
     env: dict  # environment_stamp()
-    status: str = "ok"  # "ok" | "diverged" (trained, but the metric or the loss went the wrong way) | "error"
+    # "ok" | "diverged" (trained, but the metric or the loss went the wrong way) | "failed" / "refused" (a technique
+    # or the model raised: ``error`` is one line, ``details["failure"]`` its parts; lab.result.failure) | "error"
+    # (records stored before those two)
+    status: str = "ok"
     error: str | None = None
     started_at: str = ""  # ISO-8601 UTC
     workload: str = ""

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from . import base, ctr, mlp, sequence, transformer, vision
 from .base import SCALE_NAMES, Datasets, Rung, SizeSpec, Workload, register_workload, registered
+from .contract import FirstOutput
 from .spec import ENV_VAR, is_spec, load_environment, load_spec, spec_of
 
-__all__ = ["ENV_VAR", "SCALE_NAMES", "Datasets", "Rung", "SizeSpec", "Workload", "get_workload", "is_spec",
-           "list_workloads", "load_spec",
+__all__ = ["ENV_VAR", "SCALE_NAMES", "Datasets", "FirstOutput", "Rung", "SizeSpec", "Workload", "get_workload",
+           "is_spec", "list_workloads", "load_spec",
            "register_workload", "registered", "spec_of"]
 
 

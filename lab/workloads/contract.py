@@ -18,6 +18,20 @@ from .base import Datasets, Workload
 CHECK_ROWS = 64
 
 
+class FirstOutput(nn.Module):
+    """A model whose ``forward`` returns a tuple (nanoGPT's ``(logits, loss)``, an RNN's ``(output, hidden)``)
+    seen as the lab needs it: its first element alone. The lab times, quantizes and measures one tensor of
+    outputs; this thin adapter keeps the user's model unchanged inside it (``.model``), as
+    :class:`lab.workloads.hf.HFAdapter` does for ``ModelOutput.logits``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(*inputs)[0]
+
+
 def _describe(t: torch.Tensor) -> str:
     shape = "x".join(str(d) for d in t.shape) or "scalar"
     text = f"[{shape}] {str(t.dtype).replace('torch.', '')}"
@@ -67,8 +81,15 @@ def check_contract(wl: Workload, data: Datasets, model: nn.Module, device: torch
                 _fail(wl, f"the model cannot take a batch of the {split} split (inputs "
                       + ", ".join(_describe(t) for t in inputs) + ")", exc)
             if not isinstance(outs[split], torch.Tensor):
+                out = outs[split]
                 hint = (" (a Hugging Face model: wrap it with lab.workloads.hf.workload, which takes .logits)"
-                        if hasattr(outs[split], "logits") else "")
+                        if hasattr(out, "logits") else "")
+                if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
+                    items = ", ".join(_describe(o) if isinstance(o, torch.Tensor) else type(o).__name__
+                                      for o in out[:4])
+                    hint = (f" ({items}): return the logits alone, or wrap the model as "
+                            "make_model=lambda spec: lab.workloads.FirstOutput(MyModel()) (its first element; the "
+                            "loss and evaluate then take that tensor)")
                 _fail(wl, f"the model returned {type(outs[split]).__name__}, expected one tensor of outputs{hint}")
         out, target = outs["train"], data.train[-1][:CHECK_ROWS].to(device)
         full_target = torch.cat([data.train[-1], data.test[-1]])

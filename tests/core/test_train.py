@@ -116,8 +116,8 @@ def test_nan_loss_stops_the_run_naming_the_step(toy_workload):
     with pytest.raises(FloatingPointError, match="at step 0"):
         run(cfg)
     res = run(cfg, on_error="record")
-    assert res.status == "error" and "at step 0" in res.error and res.metric is None
-    assert res.summary()["status"] == "error"
+    assert res.status == "failed" and "at step 0" in res.error and res.metric is None
+    assert res.summary()["status"] == "failed" and "\n" not in res.error
 
 
 def test_bad_on_error_value():
