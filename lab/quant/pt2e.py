@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib
 import time
 import warnings
@@ -139,10 +140,17 @@ def nudge_zero_bn_scales(model: nn.Module) -> list[str]:
 # ------------------------------------------------------------------------------------------- compile
 
 
-try:  # private, read-only: whether dynamo still holds a compiled graph for a code object
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list as _cache_entries
-except ImportError:  # pragma: no cover - another torch: every call of a compiled size takes the patch (correct, slower)
-    _cache_entries = None
+@functools.cache
+def _cache_entries() -> Callable[[Any], list] | None:
+    """Dynamo's private, read-only view of the graphs it still holds for a code object, or None on a torch
+    without it (every call of a compiled size then takes the patch: correct, slower). Imported on first use,
+    not with ``lab``: ``torch._dynamo`` doubles the start-up of every process that imports the lab (each
+    spawned rank, each CLI call), and a model is compiled here before this is ever asked."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    except ImportError:  # pragma: no cover - another torch
+        return None
+    return _debug_get_cache_entry_list
 
 
 @contextlib.contextmanager
@@ -209,7 +217,8 @@ class FrozenCompiled(nn.Module):
 
     def _graph_cached(self) -> bool:
         code = self.__dict__.get("_code")
-        return code is not None and _cache_entries is not None and bool(_cache_entries(code))
+        entries = _cache_entries() if code is not None else None
+        return entries is not None and bool(entries(code))
 
     def _chunked(self, inputs: tuple[torch.Tensor, ...], n: int) -> torch.Tensor:
         total, outs = int(inputs[0].shape[0]), []
