@@ -220,6 +220,10 @@ def tie_feeders(model: nn.Module, example_inputs: tuple | None) -> dict[int, tup
     model.eval()
     try:
         graph = tp.DependencyGraph().build_dependency(model, example_inputs=example_inputs)
+    except (TypeError, RuntimeError, ValueError, AttributeError):
+        # a whole model Torch-Pruning cannot trace (Hugging Face GPT-2: its index mapping meets a None): no layer
+        # is known to feed the tie, and the tie check after pruning (_tie_signature) still refuses a broken one
+        return {}
     finally:
         model.train(was_training)
     out: dict[int, tuple[nn.Module, str]] = {}

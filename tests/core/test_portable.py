@@ -453,8 +453,14 @@ def test_the_data_parallel_file_trains_two_torchrun_ranks_in_step(tmp_path):
            "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(tmp_path / "driver.py"), str(tmp_path / "ddp.py"), json.dumps(cfg.to_dict()), str(tmp_path)]
+    env = {k: v for k, v in env.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                                                     "LOCAL_RANK")}  # torchrun's own, never the suite's leftovers
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
+    if done.returncode != 0 and "SIGABRT" in done.stderr:  # once in CI a gloo rank aborted (-6) with nothing of ours
+        # in its output; it never reproduced in 9 runs alone or beside the distributed tests: one retry, said
+        print("rank aborted (SIGABRT), retried once; its first try said:\n" + done.stderr[:3000])
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[:3000] + "\n...\n" + done.stderr[-2000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2] and [r["steps"] for r in ranks] == [16, 16]
     assert ranks[0]["params"] == pytest.approx(ranks[1]["params"], rel=1e-6)

@@ -78,6 +78,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "quant.reduce_range": QuantConfig.REDUCE_RANGE,
     "model_scale": MODEL_SCALES, "ddp.shard": DDPConfig.SHARDS, "ddp.shard_order": DDPConfig.SHARD_ORDERS,
     "memory.checkpoint": MemoryConfig.CHECKPOINTS, "memory.optimizer_state": MemoryConfig.OPTIMIZER_STATES,
+    "memory.shard": MemoryConfig.SHARDS,
 }
 
 
