@@ -90,10 +90,18 @@ def quiet_worker_handshakes() -> None:
     sys.excepthook = hook
 
 
+def _half_built_loader(unraisable: Any) -> bool:
+    """A DataLoader iterator whose ``__init__`` a Ctrl-C cut short (before it had ``_workers``), complaining from its
+    ``__del__``: torch prints that as "Exception ignored in ... AttributeError: ... '_workers'"."""
+    return (isinstance(unraisable.exc_value, AttributeError) and "_workers" in str(unraisable.exc_value)
+            and "DataLoaderIter.__del__" in repr(unraisable.object))
+
+
 def catch_interrupts() -> None:
     """Ctrl-C sets :data:`lab.loop.INTERRUPTED` before raising ``KeyboardInterrupt``, and a KeyboardInterrupt that
     Python could not raise (one inside an at-fork handler while a DataLoader starts its workers: reported to
-    ``sys.unraisablehook``) is not printed as a traceback: the flag stops the work at the next step or run.
+    ``sys.unraisablehook``) is not printed as a traceback: the flag stops the work at the next step or run; nor is
+    the ``__del__`` complaint of the DataLoader iterator that Ctrl-C cut short (:func:`_half_built_loader`).
     Only in the main thread (signal handlers live there); idempotent."""
     import signal
     import threading
@@ -115,6 +123,8 @@ def catch_interrupts() -> None:
     def unraisable(info: Any) -> None:
         if isinstance(info.exc_value, KeyboardInterrupt):
             INTERRUPTED.set()
+            return
+        if _half_built_loader(info):  # the same Ctrl-C, seen from the iterator it cut short: said once, by the flag
             return
         previous(info)
 

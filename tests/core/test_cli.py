@@ -152,3 +152,34 @@ def test_a_dead_workers_fd_handshake_is_left_out_of_stderr_and_nothing_else(caps
     _raise_in_a_thread("/work/mine.py", ConnectionResetError(104, "elsewhere"))  # another module's: still shown
     err = capsys.readouterr().err
     assert "a real bug in that thread" in err and "elsewhere" in err
+
+
+def test_a_loader_iterator_cut_short_by_ctrl_c_is_not_a_traceback_and_other_unraisables_still_are(monkeypatch):
+    """Ctrl-C during a DataLoader iterator's construction left it without ``_workers``; its ``__del__`` then printed
+    "Exception ignored in ... AttributeError" above "lab: interrupted" (the fault suite caught it once in CI)."""
+    import signal
+    import sys
+    from types import SimpleNamespace
+
+    from lab.cli import catch_interrupts
+    from lab.loop import INTERRUPTED
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # the suite's own SIGINT handler stays as it is
+    catch_interrupts()
+
+    class _MultiProcessingDataLoaderIter:
+        def __del__(self) -> None: ...
+
+    cut = SimpleNamespace(exc_type=AttributeError, exc_value=AttributeError(
+        "'_MultiProcessingDataLoaderIter' object has no attribute '_workers'"), exc_traceback=None, err_msg=None,
+        object=_MultiProcessingDataLoaderIter.__del__)
+    other = SimpleNamespace(exc_type=AttributeError, exc_value=AttributeError("'Foo' object has no attribute 'x'"),
+                            exc_traceback=None, err_msg=None, object=object())
+    try:
+        sys.unraisablehook(cut)
+        sys.unraisablehook(other)
+    finally:
+        INTERRUPTED.clear()
+    assert seen == [other]
