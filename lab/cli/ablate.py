@@ -132,14 +132,14 @@ def main(args: argparse.Namespace) -> int:
 def _print_card(df: Any, base: RunConfig, budget_pt: float) -> None:
     """The one answer this table gives (:mod:`lab.doctor.recommendation`, the dashboard's card) and how to take it
     away as code: an ablation ends in an action, not only a table."""
-    from lab.doctor.recommendation import recommend
+    from lab.doctor.recommendation import code_line, recommend
 
     workload = base.workload_spec or base.workload
     card = recommend(df, workload=workload, size=base.size, budget_pt=budget_pt)
     print("\nrecommendation: " + card.headline())
-    if card.options:
-        print(f"the code: python -m lab recipe --workload {workload} --size {base.size} "
-              f"--techniques {','.join(card.options)} --out mine.py")
+    code = code_line(card, workload, base.size)
+    if code:
+        print(code)
 
 
 def _print_versus(df: Any, base: RunConfig) -> None:

@@ -52,7 +52,7 @@ def _check(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     from lab.config import RunConfig
     from lab.doctor import diagnose
-    from lab.doctor.recommendation import card_from_store
+    from lab.doctor.recommendation import card_from_store, code_line
     from lab.doctor.stored import keep
     from lab.portable import from_techniques
     from lab.store import ResultStore, default_store_path
@@ -79,10 +79,9 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(card.to_dict(), indent=2, default=str))
     else:
         print("\n".join(card.lines()))
-        if card.options:
-            command = (f"python -m lab recipe --workload {args.workload} --size {args.size} "
-                       f"--techniques {','.join(card.options)}")
-            print(f"The code: {command} (or --out FILE here)")
+        code = code_line(card, args.workload, args.size)
+        if code:
+            print(code)
     if path is not None:
         write_json(json.dumps(card.to_dict(), indent=2, default=str), path)
     if out is not None:

@@ -28,6 +28,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from lab.ablation.record import build_record
 from lab.ablation.summary import AA_ARM
 from lab.ablation.verdicts import noise_bar, qualifying, verdict
 
@@ -79,7 +80,12 @@ def accuracy_text(row: Any) -> str:
     else:  # a lower-is-better metric keeps its own units; its loss is its change
         change, clo, chi, direction, unit = loss, lo, hi, "lower is better", ""
     unit = f" {unit}" if unit else ""
-    band = "" if math.isnan(clo) or math.isnan(chi) else f" [{_signed(clo)}, {_signed(chi)}]"
+    if math.isnan(clo) or math.isnan(chi):
+        band = ""
+    elif _signed(clo) == _signed(chi):  # one seed's repeats agree exactly: no interval, never "[x, x]"
+        band = " (one seed: no interval)"
+    else:
+        band = f" [{_signed(clo)}, {_signed(chi)}]"
     return f"{name} change {_signed(change)}{unit}{band} ({direction})"
 
 
@@ -229,6 +235,7 @@ def _measured_part(table: pd.DataFrame, speed: str, budget_pt: float
         return [], [], [], said
     use = [_measured(r, speed) for _, r in qualifying(table, budget_pt, speed).iterrows()]
     winners = {e.name for e in use}
+    record = build_record(table)  # each arm's "why" said once, as the Ablation tab says it (not once per run)
     bar = noise_bar(table, speed)
     not_here, within = [], []
     for _, r in table.iterrows():
@@ -243,7 +250,8 @@ def _measured_part(table: pd.DataFrame, speed: str, budget_pt: float
         if math.isnan(value):
             continue  # an axis this arm cannot change (post-training int8 on training time): not a candidate
         if hi < 1.0:
-            not_here.append(_measured(r, speed, why=str(r.get("why") or "slower than the baseline beyond noise")))
+            tags = "; ".join(record.arms[arm].why) if arm in record.arms else ""
+            not_here.append(_measured(r, speed, why=tags or "slower than the baseline beyond noise"))
         elif lo > bar:
             not_here.append(_measured(r, speed, why=f"faster, but its accuracy loss may exceed the {budget_pt:g} "
                                                    f"{r.get('loss_unit') or 'pt'} budget"))
@@ -324,6 +332,22 @@ def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | StoredDi
                           busy=said.get("reason") == "busy", sources=tuple(sources))
 
 
+def code_line(card: Recommendation, workload: str, size: str) -> str | None:
+    """How to take the card's pick away as code: the ``lab recipe`` command that writes it, or why it cannot be
+    written (a workload's own fast kernels are its model code, not a change to a training loop). None: no pick."""
+    if not card.options:
+        return None
+    from lab.config import RunConfig
+    from lab.portable import from_techniques
+
+    try:
+        from_techniques(card.options, RunConfig(workload=workload, size=size))
+    except ValueError as exc:
+        return f"no plain-PyTorch file for {' + '.join(card.options)}: {exc}"
+    return (f"the code: python -m lab recipe --workload {workload} --size {size} --techniques "
+            f"{','.join(card.options)} --out mine.py")
+
+
 def stored_table(store: ResultStore, workload: str, size: str) -> tuple[pd.DataFrame | None, str | None]:
     """(table, ablation key) of the last finished ablation of ``workload`` at ``size`` in ``store`` (the table the
     Ablation tab draws for it: :func:`lab.ablation.summarize` of its stored runs), or (None, None)."""
@@ -370,5 +394,6 @@ def card_from_store(store: ResultStore | None, workload: str, size: str,
     return replace(card, notes=notes, sources=sources)
 
 
-__all__ = ["MEASURED", "PREDICTED", "Evidence", "Recommendation", "accuracy_text", "card_from_store", "interval_text",
+__all__ = ["MEASURED", "PREDICTED", "Evidence", "Recommendation", "accuracy_text", "card_from_store", "code_line",
+           "interval_text",
            "recommend", "stored_table"]

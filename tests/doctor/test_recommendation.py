@@ -260,3 +260,22 @@ def test_the_card_follows_the_doctors_prescription_over_the_run_where_the_doctor
     assert [e.name for e in card.to_try] == ["fused_optim"]
     assert card.to_try[0].axis == "training step, over the run"
     assert [e.name for e in card.not_here] == ["compile"] and card.not_here[0].hi == 0.5
+
+
+def test_a_pick_that_is_the_workloads_own_model_code_says_why_it_has_no_file_and_one_seed_is_no_interval() -> None:
+    """Measured idle here: 'Use fast_kernels: 1.88x [1.64, 1.95]', and the card printed a recipe command that
+    refuses fast_kernels; a single seed's exact accuracy read '[+4.12, +4.12]'."""
+    from lab.doctor.recommendation import code_line
+
+    table = _table(_row("aa", (1.0, 0.95, 1.05)), _row("fast_kernels", (1.88, 1.64, 1.95), loss=(0.0, 0.0, 0.0)),
+                   _row("bf16+prune50", (0.72, 0.69, 0.77), techniques="bf16+prune50", loss=(-4.12, -4.12, -4.12)))
+    card = recommend(table, workload="ctr", size="tiny")
+    assert card.pick.name == "fast_kernels"
+    said = code_line(card, "ctr", "tiny")
+    assert said.startswith("no plain-PyTorch file for fast_kernels: compute.fast_kernels is the workload's own")
+    fused = recommend(_table(_row("aa", (1.0, 0.95, 1.05)), _row("fused_optim", (1.5, 1.3, 1.7))), workload="ctr",
+                      size="tiny")
+    assert code_line(fused, "ctr", "tiny").startswith("the code: python -m lab recipe --workload ctr --size tiny "
+                                                      "--techniques fused_optim")
+    assert code_line(recommend(None, workload="ctr", size="tiny"), "ctr", "tiny") is None
+    assert "AUC change +4.12 pt (one seed: no interval)" in card.not_here[0].accuracy
