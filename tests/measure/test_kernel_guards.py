@@ -72,6 +72,13 @@ def test_the_compiled_resnet_step_that_aborted_the_map_runs(tmp_path):
     """Without the guard this child aborted natively on an AVX2-only EPYC (glibc "corrupted size vs.
     prev_size", exit -6) within its first compiled backward passes; with it, 20 interleaved steps run. A
     separate Inductor cache: a compiled graph from another layout must not stand in for this one."""
+    import platform
+
+    if not needs_avx2_conv_guard(effective_cpu_flags(), platform.machine()):
+        # the abort lives on AVX2-class kernels: here it runs as such a machine sees it, in `make test`'s capped
+        # pass (or on an AVX2 host); on AVX-512 kernels the guard is off and the child would test nothing of it
+        # (22-25 s of cold compile per pass, the suite's second-largest cost)
+        pytest.skip("needs AVX2-class kernels (the capped pass, or an AVX2 host): the guard is off here")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     out = subprocess.run([sys.executable, "-X", "faulthandler", "-c", CRASHED], capture_output=True, text=True,
                          timeout=280, env=env, cwd=ROOT)
