@@ -99,7 +99,8 @@ CASES = {  # name: (check with the reference, check with a wrong answer)
                        lambda: C.best_technique(lambda sh, r: max(r, key=lambda t: max(r[t].values())), SHARES, TECHS)),
     "step_bytes": (lambda: C.step_bytes(S.step_bytes), lambda: C.step_bytes(_one_moment)),
     "step_bytes-no-input": (lambda: None, lambda: C.step_bytes(_no_input)),
-    "quantize_blockwise": (lambda: C.quantize_blockwise(S.quantize_blockwise), lambda: C.quantize_blockwise(_linear_codes)),
+    "quantize_blockwise": (lambda: C.quantize_blockwise(S.quantize_blockwise),
+                           lambda: C.quantize_blockwise(_linear_codes)),
     "quantize_blockwise-one-scale": (lambda: None, lambda: C.quantize_blockwise(_one_scale)),
     "dequantize_blockwise": (lambda: C.dequantize_blockwise(S.dequantize_blockwise),
                              lambda: C.dequantize_blockwise(lambda c, s, q: q[c.long()])),  # the scale forgotten
