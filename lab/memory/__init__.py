@@ -5,7 +5,7 @@ in 8 / 4 bits, torchao), ``memory.micro_batches=k`` (each batch as k micro-batch
 optimizer state sharded across the data-parallel ranks, FSDP2's ``fully_shard``, where DDP replicates them), each
 verified by its effect; and every run's step counted by role (``details["memory"]``: parameters, gradients,
 optimizer state, activations saved for backward) beside the
-process RSS peak the loop samples. Page: docs/memory.md.
+process RSS peak the loop samples. Page: docs/memory.md; taught in ``notebooks/09_memory.ipynb``.
 
 Where it sits in a run (:data:`lab.registry.FAMILY_ORDER`, after compute and precision, before pruning): its
 ``before_training`` checkpoints the blocks of the model that trains (after compute's fast-kernel swap); its

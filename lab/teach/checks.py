@@ -320,3 +320,123 @@ def best_technique(fn: Callable, shares: Mapping[str, float],
     _ok(f"{ref} first, predicted {point(shares, rates_by_technique[ref]):.3f}x; and fused over bf16 where matmul is "
         "the largest class")
     return mine
+
+
+# ------------------------------------------------------------------ 09 memory
+ROLES = ("params_bytes", "grads_bytes", "optimizer_state_bytes", "saved_activations_bytes")
+_ROLE_HINTS = {
+    "params_bytes": "each Linear holds a x b weights and b biases, 4 bytes each in fp32",
+    "grads_bytes": "one fp32 gradient per parameter",
+    "optimizer_state_bytes": "Adam keeps two fp32 moments per parameter (exp_avg, exp_avg_sq) and a step count per "
+                             "tensor",
+    "saved_activations_bytes": "the input batch, each ReLU's output (also the next Linear's input: one tensor, "
+                               "counted once), the log-probabilities and the int64 targets",
+}
+
+
+def _measured_roles(widths: Sequence[int], batch: int) -> dict[str, int]:
+    """One Adam step on ``Linear -> ReLU -> ... -> Linear`` of ``widths``, counted by lab.memory.roles.CountingStep
+    (the count a run records in ``details["memory"]``)."""
+    import itertools
+
+    from lab.loop import train_step
+    from lab.memory.roles import CountingStep
+
+    g = torch.Generator().manual_seed(0)
+    layers: list[nn.Module] = []
+    for a, b in zip(widths, widths[1:], strict=False):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    counting = CountingStep(None, model)
+    rows = (torch.randn(batch, widths[0], generator=g), torch.randint(0, widths[-1], (batch,), generator=g))
+    train_step(model, optimizer, nn.functional.cross_entropy, itertools.repeat(rows), torch.device("cpu"),
+               policy=counting)
+    return {role: int(counting.record[role]) for role in ROLES}
+
+
+def step_bytes(fn: Callable, widths: Sequence[int] = (256, 64, 64, 10), batch: int = 64,
+               rel: float = 0.05) -> dict[str, tuple[int, int]]:
+    """Each role of the learner's count within ``rel`` of the measured one (lab.memory.roles.CountingStep) on the
+    notebook's MLP, and on two shapes of the checker's: one where the batch's activations dominate, one deeper
+    and narrow-batched where the parameters and Adam's state do."""
+    cases = [(tuple(widths), batch), ((32, 512, 10), 256), ((128, 300, 200, 100, 5), 8)]
+    got: dict[str, tuple[int, int]] = {}
+    for w, b in cases:
+        ref = _measured_roles(w, b)
+        mine = fn(list(w), b)
+        for role in ROLES:
+            assert role in mine, f"no {role!r} in your answer: return a dict with {list(ROLES)}"
+            err = abs(float(mine[role]) - ref[role]) / ref[role]
+            assert err <= rel, (f"widths {list(w)}, batch {b}: {role} {int(mine[role])} vs {ref[role]} measured "
+                                f"({err:.1%} off, more than {rel:.0%}): {_ROLE_HINTS[role]}")
+        got[f"{list(w)} x {b}"] = (sum(int(mine[r]) for r in ROLES), sum(ref.values()))
+    _ok(f"{len(cases)} MLPs: every role within {rel:.0%} of lab.memory.roles' count of one Adam step")
+    return got
+
+
+def _moments(block_size: int) -> list[tuple[str, torch.Tensor, bool]]:
+    """Adam-moment-like tensors: a signed first moment spread over five decades (blocks mix large and tiny
+    values), and the second moment, its square (unsigned, ten decades)."""
+    g = torch.Generator().manual_seed(0)
+    m = torch.randn(64, 2 * block_size, generator=g) * torch.logspace(-6, -1, 2 * block_size)
+    return [("exp_avg", m, True), ("exp_avg_sq", m.square(), False)]
+
+
+def quantize_blockwise(fn: Callable, block_size: int = 256) -> dict[str, float]:
+    """Codes and scales equal to torchao's 8-bit optimizer state (``OptimState8bit.copy_``: what AdamW8bit stores
+    each step) for a signed and an unsigned moment; a value exactly halfway between two map entries may go either
+    way. Returns each moment's mean relative round-trip error."""
+    from torchao.optim.subclass_8bit import OptimState8bit
+
+    errors = {}
+    for name, x, signed in _moments(block_size):
+        ref = OptimState8bit.zeros(x.shape, signed=signed, block_size=block_size)
+        ref.copy_(x)
+        qmap = ref.qmap.clone()
+        codes, scales = fn(x.clone(), qmap.clone(), block_size)
+        codes, scales = torch.as_tensor(codes), torch.as_tensor(scales)
+        assert codes.dtype == torch.uint8, f"{name}: codes are {codes.dtype}: one byte each, .to(torch.uint8)"
+        assert scales.numel() == ref.scale.numel(), (
+            f"{name}: {scales.numel()} scales for {x.numel()} values: one per block of {block_size} consecutive "
+            f"values (x.reshape(-1, {block_size})), {ref.scale.numel()} here")
+        assert torch.allclose(scales.float().flatten(), ref.scale, rtol=1e-6, atol=0), (
+            f"{name}: scales {scales.flatten()[:2].tolist()} vs torchao's {ref.scale[:2].tolist()}: each block's "
+            "largest |value|")
+        codes, want = codes.reshape(x.shape).long(), ref.codes.long()
+        scaled = (x.reshape(-1, block_size) / ref.scale[:, None]).reshape(x.shape)
+        # equally near two entries up to float rounding (relative to the value): either code is right
+        tie = ((scaled - qmap[codes]).abs() - (scaled - qmap[want]).abs()).abs() <= 1e-6 * scaled.abs().clamp_min(1e-6)
+        bad = (codes != want) & ~tie
+        if bad.any():
+            i = bad.flatten().nonzero()[0, 0]
+            v, c, w = scaled.flatten()[i].item(), codes.flatten()[i].item(), want.flatten()[i].item()
+            raise AssertionError(f"{name}: {int(bad.sum())} of {x.numel()} codes differ from torchao's, e.g. "
+                                 f"x / scale = {v:.6g} -> code {c} ({qmap[c].item():.6g}), torchao {w} "
+                                 f"({qmap[w].item():.6g}): the index of the map entry nearest to x / scale")
+        back = ref.dequantize()
+        errors[name] = float(((back - x).abs() / x.abs().clamp_min(1e-30)).mean())
+    _ok(f"codes and scales equal torchao's 8-bit optimizer state (block {block_size}); mean relative error "
+        + ", ".join(f"{k} {v:.2%}" for k, v in errors.items()))
+    return errors
+
+
+def dequantize_blockwise(fn: Callable, block_size: int = 256) -> float:
+    """The values back from torchao's own codes and scales, against its ``OptimState8bit.dequantize``."""
+    from torchao.optim.subclass_8bit import OptimState8bit
+
+    worst = 0.0
+    for name, x, signed in _moments(block_size):
+        ref = OptimState8bit.zeros(x.shape, signed=signed, block_size=block_size)
+        ref.copy_(x)
+        mine = torch.as_tensor(fn(ref.codes.clone(), ref.scale.clone(), ref.qmap.clone()))
+        want = ref.dequantize()
+        assert mine.numel() == want.numel(), f"{name}: {mine.numel()} values back for {want.numel()} codes"
+        mine = mine.reshape(want.shape).float()
+        err = float(((mine - want).abs() / want.abs().clamp_min(1e-30)).max())
+        assert torch.allclose(mine, want, rtol=1e-6, atol=0), (
+            f"{name}: {mine.flatten()[:2].tolist()} vs torchao's {want.flatten()[:2].tolist()}: each code's map "
+            "entry (qmap[code]) times its block's scale")
+        worst = max(worst, err)
+    _ok(f"values equal torchao's OptimState8bit.dequantize (max relative difference {worst:.1e})")
+    return worst

@@ -173,3 +173,39 @@ def amdahl_speedup(shares: Mapping[str, float], rates: Mapping[str, float]) -> f
 def best_technique(shares: Mapping[str, float], rates_by_technique: Mapping[str, Mapping[str, float]]) -> str:
     """The technique with the largest Amdahl speedup on this breakdown."""
     return max(rates_by_technique, key=lambda t: amdahl_speedup(shares, rates_by_technique[t]))
+
+
+# ------------------------------------------------------------------ 09 memory
+def step_bytes(widths: Sequence[int], batch: int) -> dict[str, int]:
+    """Bytes of one Adam step by role for ``Linear(widths[0], widths[1]) -> ReLU -> ... -> Linear(.., widths[-1])``
+    on a fp32 batch of ``batch`` rows with int64 targets and cross-entropy."""
+    f32, i64 = 4, 8
+    pairs = list(zip(widths, widths[1:], strict=False))
+    params = sum(a * b + b for a, b in pairs)  # weight and bias of each Linear
+    saved = (batch * widths[0] * f32  # the input: the first Linear's weight gradient needs it
+             + sum(batch * h * f32 for h in widths[1:-1])  # each ReLU's output, also the next Linear's input: once
+             + batch * widths[-1] * f32  # cross-entropy's log-probabilities
+             + batch * i64 + f32)  # the targets, and nll_loss's total weight (a scalar)
+    return {"params_bytes": params * f32, "grads_bytes": params * f32,
+            "optimizer_state_bytes": 2 * params * f32 + 2 * len(pairs) * f32,  # two moments, a step per tensor
+            "saved_activations_bytes": saved}
+
+
+def quantize_blockwise(x: torch.Tensor, qmap: torch.Tensor, block_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-wise absmax quantization through a sorted map of 256 values: each block of ``block_size``
+    consecutive values is divided by its largest magnitude (one fp32 scale per block), and each value becomes the
+    index of the nearest map entry (a tie goes to the larger entry). Returns ``(codes uint8 shaped as x, scales)``."""
+    blocks = x.reshape(-1, block_size)
+    scales = blocks.abs().amax(dim=1).clamp_min(1e-12)
+    scaled = (blocks / scales[:, None]).contiguous()
+    n = qmap.numel()
+    down = (torch.searchsorted(qmap, scaled, right=True) - 1).clamp(0, n - 1)  # last entry <= the value
+    up = (down + 1).clamp(max=n - 1)
+    lo, hi = qmap[down], qmap[up]
+    codes = torch.where(scaled - lo >= (hi - lo) * 0.5, up, down)
+    return codes.to(torch.uint8).reshape(x.shape), scales
+
+
+def dequantize_blockwise(codes: torch.Tensor, scales: torch.Tensor, qmap: torch.Tensor) -> torch.Tensor:
+    """The values back: each code's map entry times its block's scale, shaped as ``codes``."""
+    return (qmap[codes.long()].reshape(scales.numel(), -1) * scales[:, None]).reshape(codes.shape)

@@ -42,6 +42,25 @@ def _naive_crossing(bo, bc, to, tc):
     return (to - bo) / (bc - tc) * 1e6 if bc != tc else None  # no "always" / "never" case
 
 
+def _one_moment(widths, batch):  # Adam's state counted as one moment, not two
+    return {**S.step_bytes(widths, batch), "optimizer_state_bytes": S.step_bytes(widths, batch)["params_bytes"]}
+
+
+def _no_input(widths, batch):  # the activations without the input batch the first Linear keeps
+    got = S.step_bytes(widths, batch)
+    return {**got, "saved_activations_bytes": got["saved_activations_bytes"] - batch * widths[0] * 4}
+
+
+def _linear_codes(x, qmap, block_size=256):  # absmax int8 on an even grid, not the map's nearest entry
+    codes, scales = S.quantize_blockwise(x, qmap, block_size)
+    even = torch.round((x.reshape(-1, block_size) / scales[:, None]) * 127.5 + 127.5).clamp(0, 255)
+    return even.to(torch.uint8).reshape(x.shape), scales
+
+
+def _one_scale(x, qmap, block_size=256):  # per-tensor absmax: one scale for all blocks
+    return S.quantize_blockwise(x, qmap, x.numel())
+
+
 CASES = {  # name: (check with the reference, check with a wrong answer)
     "prefetch": (lambda: C.prefetch(S.prefetch), lambda: C.prefetch(_wrong_prefetch)),
     "prefetch-unbounded": (lambda: C.prefetch(S.prefetch, 1), lambda: C.prefetch(_unbounded_prefetch, 1)),
@@ -78,6 +97,13 @@ CASES = {  # name: (check with the reference, check with a wrong answer)
                        lambda: C.amdahl_speedup(lambda sh, r: 2.0, SHARES, {"matmul": 2.0})),
     "best_technique": (lambda: C.best_technique(S.best_technique, SHARES, TECHS),
                        lambda: C.best_technique(lambda sh, r: max(r, key=lambda t: max(r[t].values())), SHARES, TECHS)),
+    "step_bytes": (lambda: C.step_bytes(S.step_bytes), lambda: C.step_bytes(_one_moment)),
+    "step_bytes-no-input": (lambda: None, lambda: C.step_bytes(_no_input)),
+    "quantize_blockwise": (lambda: C.quantize_blockwise(S.quantize_blockwise),
+                           lambda: C.quantize_blockwise(_linear_codes)),
+    "quantize_blockwise-one-scale": (lambda: None, lambda: C.quantize_blockwise(_one_scale)),
+    "dequantize_blockwise": (lambda: C.dequantize_blockwise(S.dequantize_blockwise),
+                             lambda: C.dequantize_blockwise(lambda c, s, q: q[c.long()])),  # the scale forgotten
 }
 
 
