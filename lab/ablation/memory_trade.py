@@ -148,6 +148,63 @@ def _finish(rows: list[dict[str, Any]], measure: str, base_peak: float, budget_m
             "budget_mb": budget_mb, "budget_ratio": ratio, "rows": rows, "source": source}
 
 
+def _time(r: Mapping[str, Any]) -> str:
+    """``1.26x the time per step [1.21, 1.31]`` (no interval below 3 runs, said so)."""
+    if not _finite(r.get("time_ratio")):
+        return "step time not measured"
+    ci = (f" [{r['time_lo']:.2f}, {r['time_hi']:.2f}]" if _finite(r.get("time_lo")) and _finite(r.get("time_hi"))
+          else " (no interval)")
+    return f"{r['time_ratio']:.2f}x the time per step{ci}"
+
+
+def _full_run(arm: str, projected: Mapping[str, Mapping[str, Any]] | None, baseline: str) -> str:
+    """`` (full run 2.0 h -> 2.5 h)`` from the projection, when it has both."""
+    from lab.ablation.project import duration_unit, fmt_duration
+
+    b, a = (projected or {}).get(baseline) or {}, (projected or {}).get(arm) or {}
+    if not (_finite(b.get("total_s")) and _finite(a.get("total_s"))):
+        return ""
+    unit = duration_unit(b["total_s"])
+    return f" (full run {fmt_duration(b['total_s'], unit)} -> {fmt_duration(a['total_s'], unit)})"
+
+
+def format_memory(trade: Mapping[str, Any], projected: Mapping[str, Mapping[str, Any]] | None = None,
+                  baseline: str = "baseline") -> str:
+    """Peak memory per arm with its step-time cost, then, given a budget, the seeds' sentence: "250 MB: does not fit
+    (baseline 310 MB) -> fits at 241 MB with accum2, 1.26x the time per step [1.21, 1.31] (full run 2.0 h -> 2.5 h)".
+    Every figure is a measured run's (the trade's rows; ``projected``: :func:`lab.ablation.project.project_arms`);
+    an arm that fits is the fastest of those that do, and when none does the smallest peak reached is named."""
+    rows = [r for r in trade["rows"] if r["kind"] != "aa" and _finite(r.get("peak_mb"))]
+    lines = [f"peak memory per arm ({trade['measure']}: {trade['measure_label']}):"]
+    for r in rows:
+        if r["kind"] == "baseline":
+            lines.append(f"  {r['name']} {r['peak_mb']:.4g} MB")
+            continue
+        ci = (f" [{r['peak_lo']:.2f}, {r['peak_hi']:.2f}]" if _finite(r.get("peak_lo")) and _finite(r.get("peak_hi"))
+              and r["peak_hi"] > r["peak_lo"] else "")
+        lines.append(f"  {r['name']} {r['peak_mb']:.4g} MB ({r['peak_ratio']:.2f}x{ci} the baseline's), {_time(r)}")
+    budget = trade.get("budget_mb")
+    if budget is None:
+        return "\n".join(lines)
+    base = next((r for r in rows if r["kind"] == "baseline"), None)
+    head = f"{budget:g} MB"
+    if base is not None and base["fits"]:
+        return "\n".join([*lines, f"{head}: fits (baseline {base['peak_mb']:.4g} MB): no memory lever needed"])
+    head += f": does not fit (baseline {base['peak_mb']:.4g} MB)" if base is not None else ": no baseline peak"
+    fit = [r for r in rows if r["kind"] != "baseline" and r["fits"]]
+    if fit:
+        best = min(fit, key=lambda r: (r["time_ratio"] if _finite(r.get("time_ratio")) else math.inf, r["peak_mb"]))
+        said = (f"{head} -> fits at {best['peak_mb']:.4g} MB with {best['name']}, {_time(best)}"
+                f"{_full_run(best['name'], projected, baseline)}")
+    elif len(rows) > 1:
+        low = min(rows, key=lambda r: r["peak_mb"])
+        said = (f"{head}; no measured arm fits either: the smallest peak is {low['peak_mb']:.4g} MB ({low['name']}); "
+                "`lab run --memory-budget` searches the levers combined")
+    else:
+        said = f"{head}; no arm measured: add --recipe or --techniques (accum2, checkpoint_blocks, adam8bit, ...)"
+    return "\n".join([*lines, said])
+
+
 def stored_budget_searches(store: ResultStore, limit: int = 50) -> list[dict[str, Any]]:
     """The newest stored runs that a budget search chose (``details["memory_budget"]``), newest first:
     ``run_id``, ``started_at``, ``workload``, ``label``, ``budget_mb`` (read with SQLite's JSON functions, so no
@@ -172,5 +229,5 @@ def pareto_front(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return [str(r["name"]) for r in sorted(front, key=lambda r: (r["time_ratio"], r["peak_ratio"]))]
 
 
-__all__ = ["MEASURE_LABELS", "carries_memory", "from_ablation", "from_budget", "pareto_front", "pick_measure",
-           "stored_budget_searches"]
+__all__ = ["MEASURE_LABELS", "carries_memory", "format_memory", "from_ablation", "from_budget", "pareto_front",
+           "pick_measure", "stored_budget_searches"]

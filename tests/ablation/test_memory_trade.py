@@ -126,3 +126,28 @@ def test_a_budget_search_record_becomes_the_trade_of_its_tries(tmp_path):
         assert hit["run_id"] == r.run_id and hit["budget_mb"] == 65
         again = from_budget(store.get(hit["run_id"]).details["memory_budget"])
     assert [x["name"] for x in again["rows"] if x["chosen"]] == ["accum4"]
+
+
+def test_lab_project_says_the_budget_the_seeds_way_from_the_measured_arms():
+    from lab.ablation.memory_trade import format_memory
+
+    runs = _runs(3)
+    projected = {"baseline": {"total_s": 7200.0}, "checkpoint_blocks": {"total_s": 9360.0}}
+    text = format_memory(from_ablation(runs, budget_mb=60), projected)
+    lines = text.splitlines()
+    assert lines[0].startswith("peak memory per arm (roles: tensor bytes by role")
+    assert "  baseline 100 MB" in lines and not any(line.strip().startswith("aa ") for line in lines)
+    assert any(line.startswith("  accum2 70 MB (0.70x the baseline's), 1.10x the time per step [") for line in lines)
+    # the fastest arm that fits (accum4 fits too, at 1.4x), with the projected full run beside it
+    assert lines[-1].startswith("60 MB: does not fit (baseline 100 MB) -> fits at 55 MB with checkpoint_blocks, "
+                                "1.30x the time per step [")
+    assert lines[-1].endswith("(full run 2 h -> 2.6 h)")
+    assert format_memory(from_ablation(runs, budget_mb=120)).endswith("120 MB: fits (baseline 100 MB): no memory "
+                                                                       "lever needed")
+    none = format_memory(from_ablation(runs, budget_mb=40)).splitlines()[-1]
+    assert none.startswith("40 MB: does not fit (baseline 100 MB); no measured arm fits either: the smallest peak "
+                           "is 55 MB (checkpoint_blocks)")
+    alone = format_memory(from_ablation({"baseline": runs["baseline"]}, budget_mb=40), None)
+    assert alone.endswith("no arm measured: add --recipe or --techniques (accum2, checkpoint_blocks, adam8bit, ...)")
+    one = format_memory(from_ablation(_runs(1), budget_mb=60))
+    assert "1.30x the time per step (no interval)" in one  # one run: the ratio, no interval claimed
