@@ -24,13 +24,16 @@ MIB = 2**20
 
 
 def _run(arm_mb: dict[str, float], step_ms: float, *, seed: int = 0, memory: dict | None = None,
-         rss_mb: float = 400.0) -> RunResult:
+         rss_mb: float = 400.0, arm: str = "") -> RunResult:
     """A finished run whose step holds ``arm_mb`` MB by role and takes ``step_ms`` (2 warm-up steps first)."""
     roles = {f"{k}_bytes": int(v * MIB) for k, v in arm_mb.items()}
-    return RunResult(run_id=f"{seed:032d}", config={"seed": seed, **({"memory": memory} if memory else {})}, env={},
+    cfg = {"seed": seed, **({"memory": memory} if memory else {})}
+    return RunResult(run_id=f"{arm}{seed}".ljust(32, "0"), config=cfg, env={},
                      metric_name="accuracy", metric=0.9, steps=10, warmup_steps=2, batch_size=64, train_time_s=1.0,
                      step_times_ms={"total": [50.0, 40.0] + [step_ms * (1 + 0.01 * i) for i in range(8)]},
-                     peak_memory_mb=rss_mb, memory_kind="rss", details={"memory": roles})
+                     peak_memory_mb=rss_mb, memory_kind="rss",
+                     details={"memory": roles, "resolved": {"steps_per_epoch": 10, "n_train": 1000, "n_test": 500,
+                                                            "epochs": 1}})
 
 
 def _roles(params: float, grads: float, state: float, saved: float) -> dict[str, float]:
@@ -49,7 +52,7 @@ PLANTED = {  # arm -> (roles, step ms, memory config): baseline 100 MB at 10 ms
 
 
 def _runs(n: int = 3) -> dict[str, list[RunResult]]:
-    return {arm: [_run(roles, ms * (1 + 0.02 * s), seed=s, memory=mem, rss_mb=400 + s) for s in range(n)]
+    return {arm: [_run(roles, ms * (1 + 0.02 * s), seed=s, memory=mem, rss_mb=400 + s, arm=arm) for s in range(n)]
             for arm, (roles, ms, mem) in PLANTED.items()}
 
 

@@ -1,6 +1,7 @@
 """The memory trade on the dashboard (issue 43 item 3): the Ablation view draws memory against time when an arm
 turns a memory lever on (:func:`lab.ablation.memory_trade.carries_memory`), and the Stored runs tab finds a stored
-``--memory-budget`` search and draws its tries; planted records through AppTest, nothing trains here."""
+``--memory-budget`` search and draws its tries, and the Full run tab says which memory arm fits a budget; planted
+records through AppTest, nothing trains here."""
 
 from __future__ import annotations
 
@@ -63,10 +64,32 @@ def test_the_stored_runs_tab_draws_a_stored_budget_search(paths, tmp_path):
     r = _run(BASE, 10.0)
     r.details["memory_budget"], r.config["workload"] = found, "mlp"
     db = str(tmp_path / "r.sqlite")
-    at = AppTest.from_function(_stored_searches, args=(db,), default_timeout=60).run()
-    assert not at.exception and "budget_search_chart" not in _charts(at)  # none stored: nothing drawn
     with ResultStore(db) as store:
+        store.add(_run(BASE, 10.0, arm="plain"), label="plain")  # not a search: not listed
         store.add(r, label="budget")
     at = AppTest.from_function(_stored_searches, args=(db,), default_timeout=60).run()
     assert not at.exception and "budget_search_chart" in _charts(at)
     assert at.selectbox(key="budget_search").value.startswith("mlp · 80 MB")
+
+
+def _full_run_page() -> None:
+    import page_project
+
+    page_project.render()
+
+
+def test_the_full_run_tab_says_which_memory_arm_fits_a_budget(paths, private_store):
+    from test_memory_trade import _runs
+
+    from lab import ResultStore
+
+    with ResultStore(private_store) as store:
+        for arm, rs in _runs(3).items():
+            for r in rs:
+                store.add(r, label=f"ablation:mem:{arm}:r{r.config['seed']}")
+    at = AppTest.from_function(_full_run_page, default_timeout=60).run()
+    assert not at.exception and "project_memory_chart" in _charts(at)
+    at.number_input(key="project_memory_budget").set_value(60.0).run()
+    said = at.code[-1].value.splitlines()
+    assert said[-1].startswith("60 MB: does not fit (baseline 100 MB) -> fits at 55 MB with checkpoint_blocks, 1.30x")
+    assert "(full run " in said[-1]
