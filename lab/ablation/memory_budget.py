@@ -109,8 +109,7 @@ def shard_note(cfg: RunConfig, measure: str) -> dict[str, Any]:
     """Whether the search tries FSDP2 on ``cfg`` (:data:`SHARD_LEVER`): ``{"tried", "world_size", "why"}``."""
     n = cfg.ddp.world_size
     if n < 2:
-        why = ("fsdp2 not tried: one rank has nobody to shard with (--ddp-world-size 2 runs data-parallel ranks, "
-               "and the search then tries FSDP2 in them)")
+        why = "fsdp2 not tried: one rank has nobody to shard with (with --ddp-world-size 2 the search tries it)"
     elif measure == "rss":
         why = "fsdp2 not tried under --memory-measure rss: a fresh process's peak RSS is the launcher's, not a rank's"
     else:
@@ -292,7 +291,7 @@ def fit_budget(cfg: RunConfig, budget_mb: float, *, measure: str = "auto", batch
         raise BudgetNotMet(f"memory budget {budget_mb:g} MB cannot be met: the smallest peak reached is "
                            f"{low['peak_mb']:.4g} MB ({low['name']}{at}, measured by {kind}); "
                            f"raise --memory-budget to at least {_up(low['peak_mb'])} MB"
-                           + ("" if shard["tried"] else f" ({shard['why']})"))
+                           + ("" if shard["tried"] else f"; {shard['why']}"))
     chosen = min(ok, key=lambda r: (r["step_ms"] if r.get("step_ms") is not None else math.inf))
     found["chosen"] = chosen
     b_ms, c_ms = (base or {}).get("step_ms"), chosen.get("step_ms")
