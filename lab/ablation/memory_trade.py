@@ -104,8 +104,9 @@ def from_ablation(runs_by_arm: Mapping[str, Sequence[RunResult]], *, baseline: s
         steps = [x for r in ok for x in r.measured_ms()]
         pr, plo, phi = _ratio(peaks, base_peaks, len(peaks), len(base_peaks))
         tr, tlo, thi = _ratio(steps, base_steps, len(ok), len(base_ok))
-        if arm == baseline:  # exactly 1 by definition, not a bootstrap artefact
-            pr, tr = (1.0 if _finite(pr) else pr), (1.0 if _finite(tr) else tr)
+        if arm == baseline:  # exactly 1 by definition, not a bootstrap artefact (the A/A row is the noise floor)
+            pr, plo, phi = (1.0, 1.0, 1.0) if _finite(pr) else (pr, plo, phi)
+            tr, tlo, thi = (1.0, 1.0, 1.0) if _finite(tr) else (tr, tlo, thi)
         kind = "baseline" if arm == baseline else "aa" if arm == AA_ARM else "arm"
         rows.append({"name": arm, "kind": kind, "peak_mb": median(peaks) if peaks else math.nan,
                      "peak_ratio": pr, "peak_lo": plo, "peak_hi": phi,

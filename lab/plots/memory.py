@@ -71,13 +71,14 @@ def memory_vs_time(trade: Mapping[str, Any], *, title: str = "Memory vs time") -
         fig.add_hline(y=ratio, line_dash="dash", line_color="#E69F00",
                       annotation_text=f"budget {budget:g} MB", annotation_position="top left")
     base = trade.get("baseline_peak_mb")
-    sub = (f"against the baseline's peak {base:.4g} MB ({trade.get('measure_label') or trade.get('measure')}) "
-           "and step time; whiskers: 95 % CI where there are 3+ runs" if _finite(base) else None)
-    if trade.get("source") == "budget":
-        sub = (sub or "") + "; each point one short try (no interval)"
+    sub = f"baseline peak {base:.4g} MB by {trade.get('measure')}; " if _finite(base) else ""
+    sub += ("each point one short try (no interval)" if trade.get("source") == "budget"
+            else "whiskers: 95 % CI (3+ runs per arm)")
+    top = max([r["peak_ratio"] for r in rows] + [r["peak_hi"] for r in rows if _finite(r.get("peak_hi"))]
+              + ([ratio] if _finite(ratio) else []) + [1.0])
     fig.update_layout(title=fig_title(title, sub), height=440,
                       xaxis_title="step time (x the baseline's, lower is faster)",
-                      yaxis_title="peak memory (x the baseline's, lower holds less)",
+                      yaxis={"title": {"text": "peak memory (x the baseline's)"}, "range": [0, 1.12 * top]},
                       legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})
     return fig
 

@@ -60,7 +60,7 @@ def test_the_trade_holds_each_arm_against_the_baseline_by_role_with_intervals_fr
     trade = from_ablation(_runs(3), budget_mb=60)
     assert trade["measure"] == "roles" and trade["baseline_peak_mb"] == pytest.approx(100)
     rows = {r["name"]: r for r in trade["rows"]}
-    assert rows["baseline"]["peak_ratio"] == 1.0 == rows["baseline"]["time_ratio"]
+    assert rows["baseline"]["peak_ratio"] == 1.0 == rows["baseline"]["time_ratio"] == rows["baseline"]["time_hi"]
     assert rows["accum2"]["peak_ratio"] == pytest.approx(0.70) and rows["accum2"]["time_ratio"] == pytest.approx(1.1)
     assert rows["checkpoint_blocks"]["peak_ratio"] == pytest.approx(0.55)
     assert rows["checkpoint_blocks"]["time_ratio"] == pytest.approx(1.3, rel=1e-3)
