@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from lab.plots.common import ci_text, fig_title
 
-#: The colour key: whether a point fits the budget (grey without one).
+#: The colour key: whether a point fits the budget (blue without one); the budget's answer is a star of its own.
 FIT_KEY = {True: ("fits the budget", "#009E73"), False: ("over the budget", "#D55E00"),
            None: ("configuration", "#0072B2")}
 
@@ -36,8 +36,8 @@ def _label(r: Mapping[str, Any]) -> str:
 
 def memory_vs_time(trade: Mapping[str, Any], *, title: str = "Memory vs time") -> go.Figure:
     """The trade's rows as points (x: step-time ratio, y: peak-memory ratio, both against the baseline), one trace
-    per colour class so the legend is the key; the front as a dashed black line; the budget, when the trade has
-    one, as a dashed orange line at its ratio of the baseline's peak."""
+    per colour class so the legend is the key (the budget search's answer a star of its own); the front as a dashed
+    black line; the budget, when the trade has one, as a dashed orange line at its ratio of the baseline's peak."""
     rows = [r for r in trade["rows"] if _finite(r.get("peak_ratio")) and _finite(r.get("time_ratio"))]
     fig = go.Figure()
     fig.add_vline(x=1.0, line_dash="dot", line_color="grey")
@@ -48,8 +48,10 @@ def memory_vs_time(trade: Mapping[str, Any], *, title: str = "Memory vs time") -
                         name="Pareto front", line={"color": "black", "dash": "dash", "shape": "hv"},
                         hoverinfo="skip")
     above = {r["name"]: i % 2 == 0 for i, r in enumerate(sorted(rows, key=lambda r: r["time_ratio"]))}
-    for key, (name, color) in FIT_KEY.items():
-        part = [r for r in rows if r.get("fits") is key]
+    classes = [("the budget's answer (fastest that fits)", "#009E73", [r for r in rows if r.get("chosen")])]
+    classes += [(name, color, [r for r in rows if r.get("fits") is key and not r.get("chosen")])
+                for key, (name, color) in FIT_KEY.items()]
+    for name, color, part in classes:
         if not part:
             continue
         hover = [f"peak {r['peak_mb']:.4g} MB = {ci_text(r['peak_ratio'], r['peak_lo'], r['peak_hi'])} the baseline's"
@@ -69,7 +71,7 @@ def memory_vs_time(trade: Mapping[str, Any], *, title: str = "Memory vs time") -
     budget, ratio = trade.get("budget_mb"), trade.get("budget_ratio")
     if _finite(ratio):
         fig.add_hline(y=ratio, line_dash="dash", line_color="#E69F00",
-                      annotation_text=f"budget {budget:g} MB", annotation_position="top left")
+                      annotation_text=f"budget {budget:g} MB", annotation_position="bottom right")
     base = trade.get("baseline_peak_mb")
     sub = f"baseline peak {base:.4g} MB by {trade.get('measure')}; " if _finite(base) else ""
     sub += ("each point one short try (no interval)" if trade.get("source") == "budget"

@@ -119,6 +119,10 @@ def test_a_budget_search_record_becomes_the_trade_of_its_tries(tmp_path):
     assert rows["accum4"]["peak_ratio"] == pytest.approx(0.6) and rows["accum4"]["time_ratio"] == pytest.approx(1.4)
     assert [r["name"] for r in trade["rows"] if r["fits"]] == ["accum4"] and trade["budget_ratio"] == 0.65
     assert pareto_front(trade["rows"]) == ["baseline", "accum2", "accum4"]
+    from lab.plots.memory import memory_vs_time
+
+    (star,) = [t for t in memory_vs_time(trade).data if t.name.startswith("the budget's answer")]
+    assert list(star.text) == ["accum4 (chosen)"] and (star.x[0], star.y[0]) == pytest.approx((1.4, 0.6))
     # stored with the run it chose, it is found again (and reads the same) from the results store
     r = _run(BASE, 10.0)
     r.details["memory_budget"] = found
