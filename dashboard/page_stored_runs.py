@@ -10,9 +10,10 @@ import _views
 import streamlit as st
 
 from lab.ablation import from_spec, jobs, load_stored, pareto_front, stored_ablations, summarize
-from lab.ablation.memory_trade import stored_budget_searches
+from lab.ablation.memory_trade import carries_memory, from_ablation, stored_budget_searches
 from lab.ablation.record import build_record
 from lab.plots import speedup_vs_accuracy
+from lab.plots.memory import memory_vs_time
 from lab.plots.run import DETAIL_FIGURES
 
 TITLE = "Stored runs"
@@ -44,6 +45,8 @@ def render() -> None:
             st.markdown(_views.whose_line(record))
             st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed),
                                                 record=record), key="stored_chart")
+            if carries_memory(stored):  # memory arms: what their bytes cost in step time, as the Ablation tab
+                st.plotly_chart(memory_vs_time(from_ablation(stored)), key="stored_memory_chart")
             _views.show_table(df_stored, "stored_table", record)
             _views.show_versus(df_stored, stored, key="stored_versus")
         else:
