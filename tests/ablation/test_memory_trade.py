@@ -158,3 +158,27 @@ def test_lab_project_says_the_budget_the_seeds_way_from_the_measured_arms():
     assert alone.endswith("no arm measured: add --recipe or --techniques (accum2, checkpoint_blocks, adam8bit, ...)")
     one = format_memory(from_ablation(_runs(1), budget_mb=60))
     assert "1.30x the time per step (no interval)" in one  # one run: the ratio, no interval claimed
+
+
+def test_lab_ablate_prints_the_memory_lines_for_memory_arms_only(tmp_path):
+    from lab.ablation import run_ablation
+    from lab.cli.ablate import _memory_lines
+    from lab.recipes import from_techniques
+
+    def planted(cfg: RunConfig, **kw: object) -> RunResult:  # no training: the planted arm's figures, its config
+        arm = "accum2" if cfg.memory.micro_batches == 2 else "baseline"
+        roles, ms, _ = PLANTED[arm]
+        r = _run(roles, ms, seed=cfg.seed, arm=f"{arm}{planted.n}")
+        planted.n += 1
+        r.config = cfg.to_dict()
+        return r
+
+    planted.n = 0
+    base = RunConfig(workload="mlp", size="tiny")
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        mem = from_techniques("m", base, [["accum2"]])
+        run_ablation(mem, repeats=3, store=store, run_fn=planted)
+        said = _memory_lines(mem, store, 3, [0]).splitlines()
+        assert said[1] == "  baseline 100 MB" and len(said) == 3
+        assert said[2].startswith("  accum2 70 MB (0.70x the baseline's), 1.10x the time per step [")
+        assert _memory_lines(from_techniques("p", base, [["fused_optim"]]), store, 3, [0]) is None
