@@ -98,7 +98,7 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
                                         record=record), key="pareto_chart")
     st.plotly_chart(speedup_bars(df, record=record), key="speedup_chart")
     if runs_by_arm and carries_memory(runs_by_arm):  # a memory arm: what its bytes cost in step time
-        st.plotly_chart(memory_vs_time(from_ablation(runs_by_arm)), key="memory_chart")
+        st.plotly_chart(memory_vs_time(from_ablation(runs_by_arm, table=df)), key="memory_chart")
     show_table(df, "ablation_table", record)
     lines = why_lines(df, record)
     if lines:

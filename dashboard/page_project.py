@@ -68,14 +68,14 @@ def render() -> None:
         st.bar_chart(frame.set_index("arm")[["peak memory (MB)"]], y_label="MB")
     st.code(format_projection(projected, table), language=None)
     if carries_memory(runs):
-        show_memory_budget(runs, projected)
+        show_memory_budget(runs, projected, table)
 
 
-def show_memory_budget(runs: dict, projected: dict) -> None:
+def show_memory_budget(runs: dict, projected: dict, table: pd.DataFrame) -> None:
     """Each arm's measured peak against its step time, the budget as a line, and the seeds' sentence."""
     st.subheader("Memory against time")
     budget = st.number_input("memory budget (MB per process; 0: none)", min_value=0.0, value=0.0, step=1.0,
                              key="project_memory_budget")
-    trade = from_ablation(runs, budget_mb=float(budget) or None)
+    trade = from_ablation(runs, budget_mb=float(budget) or None, table=table)
     st.plotly_chart(memory_vs_time(trade), key="project_memory_chart")
     st.code(format_memory(trade, projected), language=None)

@@ -46,7 +46,7 @@ def render() -> None:
             st.plotly_chart(speedup_vs_accuracy(df_stored, speed=speed, front=pareto_front(df_stored, speed),
                                                 record=record), key="stored_chart")
             if carries_memory(stored):  # memory arms: what their bytes cost in step time, as the Ablation tab
-                st.plotly_chart(memory_vs_time(from_ablation(stored)), key="stored_memory_chart")
+                st.plotly_chart(memory_vs_time(from_ablation(stored, table=df_stored)), key="stored_memory_chart")
             _views.show_table(df_stored, "stored_table", record)
             _views.show_versus(df_stored, stored, key="stored_versus")
         else:

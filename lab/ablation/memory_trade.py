@@ -17,8 +17,9 @@ peak) or ``rss``. Two sources, one row shape:
 
 Row keys: ``name``, ``kind`` (``baseline`` / ``aa`` / ``arm`` / ``try``), ``peak_mb``, ``peak_ratio`` with
 ``peak_lo`` / ``peak_hi``, ``step_ms``, ``time_ratio`` with ``time_lo`` / ``time_hi``, ``fits`` (None without a
-budget), ``front``, ``chosen`` (the budget's answer) and ``runs``. The trade: ``{"measure", "baseline_peak_mb",
-"budget_mb", "budget_ratio", "rows", "source"}``.
+budget), ``front``, ``chosen`` (the budget's answer), ``runs`` and ``accuracy`` (the arm's accuracy change over
+seeds as the ablation table says it, when the table is given; empty for a budget try). The trade: ``{"measure",
+"baseline_peak_mb", "budget_mb", "budget_ratio", "rows", "source"}``.
 """
 
 from __future__ import annotations
@@ -85,9 +86,14 @@ def _ratio(arm: list[float], base: list[float], n_arm: int, n_base: int) -> tupl
 
 
 def from_ablation(runs_by_arm: Mapping[str, Sequence[RunResult]], *, baseline: str = "baseline",
-                  measure: str = "auto", budget_mb: float | None = None) -> dict[str, Any]:
+                  measure: str = "auto", budget_mb: float | None = None, table: Any = None) -> dict[str, Any]:
     """The trade of an ablation's stored runs (module docstring). ``measure``: ``auto`` (:func:`pick_measure` over
-    every arm's runs), ``roles``, ``cuda`` or ``rss``. Raises ``ValueError`` without a finished baseline run."""
+    every arm's runs), ``roles``, ``cuda`` or ``rss``; ``table``: the ablation's summary, whose accuracy change per
+    arm (over seeds, with its interval) each row then says beside its bytes and time (``accuracy``). Raises
+    ``ValueError`` without a finished baseline run."""
+    from lab.ablation.project import _accuracy
+
+    said = {str(r["arm"]): _accuracy(r).lstrip(", ") for r in table.to_dict("records")} if table is not None else {}
     base_ok = [r for r in runs_by_arm.get(baseline, []) if r.status == "ok"]
     if not base_ok:
         raise ValueError(f"no finished {baseline!r} run: nothing to hold the memory trade against")
@@ -111,7 +117,7 @@ def from_ablation(runs_by_arm: Mapping[str, Sequence[RunResult]], *, baseline: s
         rows.append({"name": arm, "kind": kind, "peak_mb": median(peaks) if peaks else math.nan,
                      "peak_ratio": pr, "peak_lo": plo, "peak_hi": phi,
                      "step_ms": median(steps) if steps else math.nan, "time_ratio": tr, "time_lo": tlo,
-                     "time_hi": thi, "runs": len(ok), "chosen": False})
+                     "time_hi": thi, "runs": len(ok), "chosen": False, "accuracy": said.get(arm, "")})
     return _finish(rows, measure, median(base_peaks) if base_peaks else math.nan, budget_mb, "ablation")
 
 
@@ -132,7 +138,7 @@ def from_budget(found: Mapping[str, Any]) -> dict[str, Any]:
                      "peak_ratio": c["peak_mb"] / base["peak_mb"], "peak_lo": math.nan, "peak_hi": math.nan,
                      "step_ms": step if _finite(step) else math.nan,
                      "time_ratio": step / b_step if _finite(step) and _finite(b_step) and b_step else math.nan,
-                     "time_lo": math.nan, "time_hi": math.nan, "runs": 1,
+                     "time_lo": math.nan, "time_hi": math.nan, "runs": 1, "accuracy": "",
                      "chosen": bool(chosen) and (c is chosen or c == chosen)})
     return _finish(rows, found.get("measure") or "roles", base["peak_mb"], found.get("budget_mb"), "budget")
 
@@ -183,7 +189,9 @@ def format_memory(trade: Mapping[str, Any], projected: Mapping[str, Mapping[str,
             continue
         ci = (f" [{r['peak_lo']:.2f}, {r['peak_hi']:.2f}]" if _finite(r.get("peak_lo")) and _finite(r.get("peak_hi"))
               and r["peak_hi"] > r["peak_lo"] else "")
-        lines.append(f"  {r['name']} {r['peak_mb']:.4g} MB ({r['peak_ratio']:.2f}x{ci} the baseline's), {_time(r)}")
+        acc = f", {r['accuracy']}" if r.get("accuracy") else ""
+        lines.append(f"  {r['name']} {r['peak_mb']:.4g} MB ({r['peak_ratio']:.2f}x{ci} the baseline's), "
+                     f"{_time(r)}{acc}")
     budget = trade.get("budget_mb")
     if budget is None:
         return "\n".join(lines)
@@ -196,7 +204,8 @@ def format_memory(trade: Mapping[str, Any], projected: Mapping[str, Mapping[str,
     if fit:
         best = min(fit, key=lambda r: (r["time_ratio"] if _finite(r.get("time_ratio")) else math.inf, r["peak_mb"]))
         said = (f"{head} -> fits at {best['peak_mb']:.4g} MB with {best['name']}, {_time(best)}"
-                f"{_full_run(best['name'], projected, baseline)}")
+                f"{_full_run(best['name'], projected, baseline)}"
+                + (f", {best['accuracy']}" if best.get("accuracy") else ""))
     elif len(rows) > 1:
         low = min(rows, key=lambda r: r["peak_mb"])
         said = (f"{head}; no measured arm fits either: the smallest peak is {low['peak_mb']:.4g} MB ({low['name']}); "

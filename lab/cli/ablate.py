@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
 
         df = run_ablation(ablation, repeats=args.repeats, seeds=list(range(args.seeds)), store=store,
                           progress=progress, budget_pt=args.budget_pt, estimate=estimate)
-        memory = _memory_lines(ablation, store, args.repeats, list(range(args.seeds)))
+        memory = _memory_lines(ablation, store, args.repeats, list(range(args.seeds)), df)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
         from lab.ablation.record import build_record
 
@@ -132,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _memory_lines(ablation: Any, store: Any, repeats: int, seeds: list[int]) -> str | None:
+def _memory_lines(ablation: Any, store: Any, repeats: int, seeds: list[int], table: Any = None) -> str | None:
     """An ablation with memory arms: each arm's measured peak with its step-time cost
     (:func:`lab.ablation.memory_trade.format_memory`); None for any other ablation or without a baseline run."""
     from lab.ablation import load_ablation
@@ -144,7 +144,7 @@ def _memory_lines(ablation: Any, store: Any, repeats: int, seeds: list[int]) -> 
     if not carries_memory(runs):
         return None
     try:
-        return format_memory(from_ablation(runs))
+        return format_memory(from_ablation(runs, table=table))
     except ValueError:  # no finished baseline run: the table already says so
         return None
 

@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                                      progress=lambda e: bar.update(1) if e["phase"] == "ablation" else None)
             runs = load_ablation(ablation, store, repeats=args.repeats, seeds=seeds)
     projected = project_arms(runs, epochs=epochs, rows=args.rows, test_rows=args.test_rows)
-    trade = from_ablation(runs, budget_mb=args.memory_budget)  # every figure a measured run's
+    trade = from_ablation(runs, budget_mb=args.memory_budget, table=table)  # every figure a measured run's
     found = largest_batch(base, args.memory_budget) if args.memory_budget is not None else None
     payload = json.dumps({"epochs": epochs, "rows": args.rows, "arms": projected, "memory": found,
                           "memory_trade": trade}, default=str)

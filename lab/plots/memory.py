@@ -56,7 +56,8 @@ def memory_vs_time(trade: Mapping[str, Any], *, title: str = "Memory vs time") -
             continue
         hover = [f"peak {r['peak_mb']:.4g} MB = {ci_text(r['peak_ratio'], r['peak_lo'], r['peak_hi'])} the baseline's"
                  f"<br>step {r['step_ms']:.3g} ms = {ci_text(r['time_ratio'], r['time_lo'], r['time_hi'])} the "
-                 f"baseline's<br>{r['runs']} run(s)" + (" · on the Pareto front" if r.get("front") else "")
+                 f"baseline's<br>{r['runs']} run(s)" + (f"<br>{r['accuracy']}" if r.get("accuracy") else "")
+                 + (" · on the Pareto front" if r.get("front") else "")
                  for r in part]
         fig.add_scatter(
             x=[r["time_ratio"] for r in part], y=[r["peak_ratio"] for r in part], mode="markers+text", name=name,

@@ -149,6 +149,13 @@ def test_lab_project_says_the_budget_the_seeds_way_from_the_measured_arms():
     assert lines[-1].startswith("60 MB: does not fit (baseline 100 MB) -> fits at 55 MB with checkpoint_blocks, "
                                 "1.30x the time per step [")
     assert lines[-1].endswith("(full run 2 h -> 2.6 h)")
+    pd = pytest.importorskip("pandas")  # the ablation table's accuracy change, said beside bytes and time
+    table = pd.DataFrame([{"arm": "checkpoint_blocks", "acc_loss_pt": 0.2, "acc_loss_lo": 0.0, "acc_loss_hi": 0.4,
+                           "loss_unit": "pt"}])
+    with_acc = format_memory(from_ablation(runs, budget_mb=60, table=table), projected).splitlines()
+    assert with_acc[-1].endswith("(full run 2 h -> 2.6 h), accuracy -0.2 pt [-0.4, 0]")
+    assert any(line.startswith("  checkpoint_blocks 55 MB") and line.endswith("accuracy -0.2 pt [-0.4, 0]")
+               for line in with_acc)
     assert format_memory(from_ablation(runs, budget_mb=120)).endswith("120 MB: fits (baseline 100 MB): no memory "
                                                                        "lever needed")
     none = format_memory(from_ablation(runs, budget_mb=40)).splitlines()[-1]
