@@ -74,7 +74,7 @@ def render() -> None:
 def show_memory_budget(runs: dict, projected: dict, table: pd.DataFrame) -> None:
     """Each arm's measured peak against its step time, the budget as a line, and the seeds' sentence."""
     st.subheader("Memory against time")
-    budget = st.number_input("memory budget (MB per process; 0: none)", min_value=0.0, value=0.0, step=1.0,
+    budget = st.number_input("memory budget (MB, by the figure's measure; 0: none)", min_value=0.0, value=0.0, step=1.0,
                              key="project_memory_budget")
     trade = from_ablation(runs, budget_mb=float(budget) or None, table=table)
     st.plotly_chart(memory_vs_time(trade), key="project_memory_chart")
