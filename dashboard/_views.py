@@ -16,6 +16,7 @@ import streamlit as st
 
 from lab import crossover
 from lab.ablation import interaction_effects, load_ablation, pareto_front, summarize
+from lab.ablation.memory_trade import carries_memory, from_ablation
 from lab.ablation.project import measured_arms, seeds_way
 from lab.ablation.record import AblationRecord, build_record
 from lab.ablation.runner import from_spec
@@ -31,6 +32,7 @@ from lab.plots import (
     technique_figures,
     technique_notes,
 )
+from lab.plots.memory import memory_vs_time
 from lab.plots.tables import why_lines
 from lab.plots.versus import versus_figure, versus_table
 
@@ -95,6 +97,8 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
     st.plotly_chart(speedup_vs_accuracy(df, speed=speed, front=pareto_front(df, speed), budget_pt=budget_pt,
                                         record=record), key="pareto_chart")
     st.plotly_chart(speedup_bars(df, record=record), key="speedup_chart")
+    if runs_by_arm and carries_memory(runs_by_arm):  # a memory arm: what its bytes cost in step time
+        st.plotly_chart(memory_vs_time(from_ablation(runs_by_arm, table=df)), key="memory_chart")
     show_table(df, "ablation_table", record)
     lines = why_lines(df, record)
     if lines:

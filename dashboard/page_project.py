@@ -1,6 +1,8 @@
 """Dashboard page "Full run": a stored ablation's arms projected to the user's own run, epochs over
 rows: per arm the full run with its interval, its parts as stacked bars (training steps, evaluations, one-off
-costs: compile's warm-up, probe, fine-tunes, export), and its peak memory; the headline said the seeds' way.
+costs: compile's warm-up, probe, fine-tunes, export), and its peak memory; the headline said the seeds' way. An
+ablation with memory arms adds memory against time and, given a budget, which measured arm fits at what time cost
+(:mod:`lab.ablation.memory_trade`, as ``python -m lab project --memory-budget MB`` says it).
 
 Thin over :mod:`lab.ablation.project`, the same functions as ``python -m lab project``: nothing trains here, it
 reads the runs an ablation (the Ablation tab, ``lab ablate``) stored.
@@ -13,7 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from lab.ablation import from_spec, jobs, load_stored, stored_ablations, summarize, verdict
+from lab.ablation.memory_trade import carries_memory, format_memory, from_ablation
 from lab.ablation.project import format_projection, project_arms, projection_rows, seeds_way
+from lab.plots.memory import memory_vs_time
 from lab.plots.projection import full_run_bars, projection_table
 
 TITLE = "Full run"
@@ -63,3 +67,15 @@ def render() -> None:
         st.subheader("Peak memory per arm (MB)")
         st.bar_chart(frame.set_index("arm")[["peak memory (MB)"]], y_label="MB")
     st.code(format_projection(projected, table), language=None)
+    if carries_memory(runs):
+        show_memory_budget(runs, projected, table)
+
+
+def show_memory_budget(runs: dict, projected: dict, table: pd.DataFrame) -> None:
+    """Each arm's measured peak against its step time, the budget as a line, and the seeds' sentence."""
+    st.subheader("Memory against time")
+    budget = st.number_input("memory budget (MB, by the figure's measure; 0: none)", min_value=0.0, value=0.0, step=1.0,
+                             key="project_memory_budget")
+    trade = from_ablation(runs, budget_mb=float(budget) or None, table=table)
+    st.plotly_chart(memory_vs_time(trade), key="project_memory_chart")
+    st.code(format_memory(trade, projected), language=None)

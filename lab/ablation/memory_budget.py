@@ -6,7 +6,9 @@ far more inside than a small ResNet block) and on this machine, so each candidat
 back. The candidates are the memory family's levers that keep the effective batch: batch-keeping accumulation
 (``accum2`` / ``accum4``: the batch as 2 / 4 micro-batches), activation checkpointing per block
 (``checkpoint_blocks``) and low-bit Adam state (``adam8bit`` / ``adam4bit``), alone and combined, tried cheapest
-first by their expected step-time cost (:data:`LEVERS`). A candidate that only adds levers to one that already fits
+first by their expected step-time cost (:data:`LEVERS`); where the run has data-parallel ranks, FSDP2 sharding
+(``fsdp2``, :data:`SHARD_LEVER`: a peak is then one rank's, and the answer says so; on one rank the record says why
+it was not tried). A candidate that only adds levers to one that already fits
 is skipped (it can only cost more time); a lever the model or the config refuses (no blocks, SGD) is refused once
 for every candidate that holds it; one that adds levers to a measured lever set already :data:`SLOWER` than a
 fitting one is skipped too; low-bit state (:data:`LAST_RESORT`: a compile and a slower update) is tried only when
@@ -61,6 +63,13 @@ LEVERS: tuple[tuple[str, tuple[Any, ...], tuple[float, ...]], ...] = (
 #: cores at the top rungs) and its update is 1.35-2.3x torch's Adam step here (docs/memory.md), so it is never the
 #: faster way to fit when accumulation or checkpointing fits.
 LAST_RESORT = frozenset({"memory.optimizer_state"})
+#: Sharding: tried only where the run already has data-parallel ranks (``ddp.world_size`` >= 2): FSDP2 then shards
+#: what DDP replicates at the same ranks and the same per-rank batch, so the effective batch is kept and a peak is
+#: one rank's (rank 0's shards). Its cost: a block's parameters all-gathered for forward and again for backward,
+#: its gradients reduce-scattered, where DDP all-reduces once. One rank has nobody to shard with, so it is not tried
+#: there, and the record says so (``found["shard"]``); nor under ``rss``, whose fresh process's peak RSS is the
+#: launcher's, not its ranks'.
+SHARD_LEVER: tuple[str, tuple[Any, ...], tuple[float, ...]] = ("memory.shard", ("none", "fsdp2"), (0.0, 1.5))
 MeasureFn = Callable[[RunConfig], dict[str, Any]]
 ProgressFn = Callable[[str], None]
 
@@ -96,20 +105,34 @@ def option_for(key: str, value: Any) -> str:
     return f"{key}={value}"
 
 
-def candidates(cfg: RunConfig) -> list[Candidate]:
+def shard_note(cfg: RunConfig, measure: str) -> dict[str, Any]:
+    """Whether the search tries FSDP2 on ``cfg`` (:data:`SHARD_LEVER`): ``{"tried", "world_size", "why"}``."""
+    n = cfg.ddp.world_size
+    if n < 2:
+        why = "fsdp2 not tried: one rank has nobody to shard with (with --ddp-world-size 2 the search tries it)"
+    elif measure == "rss":
+        why = "fsdp2 not tried under --memory-measure rss: a fresh process's peak RSS is the launcher's, not a rank's"
+    else:
+        why = f"fsdp2 tried at world size {n}, in place of DDP: a peak is one rank's (rank 0's shards)"
+    return {"tried": n >= 2 and measure != "rss", "world_size": n, "why": why}
+
+
+def candidates(cfg: RunConfig, *, shard: bool | None = None) -> list[Candidate]:
     """Every combination of the levers, cheapest expected step first; a lever ``cfg`` already sets is kept at
-    least as strong as it is (the budget-free configuration is ``cfg`` itself, the first candidate)."""
+    least as strong as it is (the budget-free configuration is ``cfg`` itself, the first candidate). ``shard``:
+    add FSDP2 (:data:`SHARD_LEVER`; default: where ``cfg`` has 2 or more ranks)."""
+    levers = (*LEVERS, SHARD_LEVER) if (cfg.ddp.world_size >= 2 if shard is None else shard) else LEVERS
     floors = []
-    for key, values, _ in LEVERS:
+    for key, values, _ in levers:
         fam, name = key.split(".")
         floors.append(values.index(getattr(getattr(cfg, fam), name)))
     out: dict[tuple[int, ...], Candidate] = {}
-    for levels in itertools.product(*(range(len(values)) for _, values, _ in LEVERS)):
+    for levels in itertools.product(*(range(len(values)) for _, values, _ in levers)):
         levels = tuple(max(a, b) for a, b in zip(levels, floors, strict=True))
         if levels in out:
             continue
         opts, over, cost, last = [], {}, 0.0, False
-        for (key, values, costs), i, floor in zip(LEVERS, levels, floors, strict=True):
+        for (key, values, costs), i, floor in zip(levers, levels, floors, strict=True):
             over[key] = values[i]
             cost += costs[i]
             if i != floor:
@@ -197,7 +220,8 @@ def fit_budget(cfg: RunConfig, budget_mb: float, *, measure: str = "auto", batch
     measure_fn = measure_fn or default_measure_fn(kind)
     say = progress or (lambda line: None)
     t0 = time.perf_counter()
-    cands = candidates(cfg)
+    shard = shard_note(cfg, kind)
+    cands = candidates(cfg, shard=shard["tried"])
     rows: list[dict[str, Any]] = []
     refused: dict[str, str] = {}  # option -> why (the first refusal of a lever refuses every candidate with it)
     fitting: list[Candidate] = []
@@ -254,7 +278,8 @@ def fit_budget(cfg: RunConfig, budget_mb: float, *, measure: str = "auto", batch
                            f"({rows[0]['why'] if rows else 'no candidate'})")
     base = rows[0] if rows[0]["status"] == "measured" else None
     found: dict[str, Any] = {"budget_mb": budget_mb, "measure": kind, "measure_note": MEASURE_NOTES.get(kind, ""),
-                             "try_steps": TRY_STEPS, "baseline": base, "candidates": rows, "batch": None}
+                             "try_steps": TRY_STEPS, "baseline": base, "candidates": rows, "batch": None,
+                             "shard": shard}
     ok = [r for r in measured if r["fits"]]
     if not ok and batch == "fallback":
         ok = _smaller_batch(cfg, min(measured, key=lambda r: r["peak_mb"]), budget_mb, measure_fn, rows, say,
@@ -265,7 +290,8 @@ def fit_budget(cfg: RunConfig, budget_mb: float, *, measure: str = "auto", batch
         at = f" at batch {low['batch_size']}" if "batch_size" in low else ""
         raise BudgetNotMet(f"memory budget {budget_mb:g} MB cannot be met: the smallest peak reached is "
                            f"{low['peak_mb']:.4g} MB ({low['name']}{at}, measured by {kind}); "
-                           f"raise --memory-budget to at least {_up(low['peak_mb'])} MB")
+                           f"raise --memory-budget to at least {_up(low['peak_mb'])} MB"
+                           + ("" if shard["tried"] else f"; {shard['why']}"))
     chosen = min(ok, key=lambda r: (r["step_ms"] if r.get("step_ms") is not None else math.inf))
     found["chosen"] = chosen
     b_ms, c_ms = (base or {}).get("step_ms"), chosen.get("step_ms")
@@ -334,6 +360,8 @@ def format_budget(found: dict[str, Any]) -> str:
     if found.get("step_time_ratio") is not None:
         line += (f", step {_ms(c['step_ms'])} = {found['step_time_ratio']:.2f}x the budget-free "
                  f"{_ms(base['step_ms'])} ({found['try_steps']}-step tries, no interval)")
+    if (found.get("shard") or {}).get("tried"):
+        line += f"; {found['shard']['why']}"
     if found.get("batch"):
         line += (f"; batch {found['batch']['from']} -> {found['batch']['to']}: nothing kept the batch and fit, so "
                  "the effective batch changes (lr not rescaled)")
@@ -341,4 +369,5 @@ def format_budget(found: dict[str, Any]) -> str:
 
 
 __all__ = ["BATCH_MODES", "LEVERS", "MEASURES", "TRY_STEPS", "BudgetNotMet", "Candidate", "candidates",
-           "chosen_config", "fit_budget", "format_budget", "option_for", "resolve_measure", "run_peak_mb"]
+           "chosen_config", "fit_budget", "format_budget", "option_for", "resolve_measure", "run_peak_mb",
+           "shard_note"]

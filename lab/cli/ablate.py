@@ -94,6 +94,7 @@ def main(args: argparse.Namespace) -> int:
 
         df = run_ablation(ablation, repeats=args.repeats, seeds=list(range(args.seeds)), store=store,
                           progress=progress, budget_pt=args.budget_pt, estimate=estimate)
+        memory = _memory_lines(ablation, store, args.repeats, list(range(args.seeds)), df)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40):
         from lab.ablation.record import build_record
 
@@ -121,12 +122,31 @@ def main(args: argparse.Namespace) -> int:
     for arm, err in zip(df["arm"], df["error"], strict=True):
         if not_applicable_reason(err):
             print(f"{arm}: does not apply here (refused before training): {not_applicable_reason(err)}")
+    if memory:
+        print("\n" + memory)
     _print_versus(df, base)
     _print_card(df, base, args.budget_pt)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.csv, index=False)
     return 0
+
+
+def _memory_lines(ablation: Any, store: Any, repeats: int, seeds: list[int], table: Any = None) -> str | None:
+    """An ablation with memory arms: each arm's measured peak with its step-time cost
+    (:func:`lab.ablation.memory_trade.format_memory`); None for any other ablation or without a baseline run."""
+    from lab.ablation import load_ablation
+    from lab.ablation.memory_trade import carries_memory, format_memory, from_ablation
+
+    if all(cfg.memory == ablation.baseline.memory for cfg in ablation.arms.values()):
+        return None
+    runs = load_ablation(ablation, store, repeats, seeds)
+    if not carries_memory(runs):
+        return None
+    try:
+        return format_memory(from_ablation(runs, table=table))
+    except ValueError:  # no finished baseline run: the table already says so
+        return None
 
 
 def _print_card(df: Any, base: RunConfig, budget_pt: float) -> None:

@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="the prescription in hours: the full run's epochs (default: the run's own when --rows is "
                          "given; with neither, per 1000 steps)")
     dg.add_argument("--rows", type=int, default=None, metavar="N", help="the full run's training rows")
+    dg.add_argument("--memory-budget", metavar="MB", default=None,
+                    help="prescribe first the fastest measured memory lever (accum2/4, checkpoint_blocks, "
+                         "adam8bit/4bit, combined) whose peak is <= MB, with its time cost; or say nothing fits")
     store_flags(dg, "results store for the verification runs")
     json_flag(dg, "the diagnosis (and verification)")
 
@@ -46,10 +49,19 @@ def main(args: argparse.Namespace) -> int:
     for flag, v in (("--full-epochs", args.full_epochs), ("--rows", args.rows)):
         if v is not None and v < 1:
             raise UsageError(f"{flag} {v} is invalid: allowed: >= 1")
+    from lab.cli.run import budget_from_flag
+
+    budget_mb = budget_from_flag(args.memory_budget)  # refused now, before any work
     cfg = config_from_args(args)
     json_out = json_file(args)  # refused now, not after the diagnosis
     if "threads" not in vars(args):  # a fixed thread count for A/B timings (docs/architecture.md 5.8)
         cfg = cfg.with_overrides(threads=1)
+    memory, memory_text = None, None
+    if budget_mb is not None:  # memory first: a step that does not fit never runs
+        from lab.doctor.memory import format_memory_prescription, memory_prescription
+
+        memory = memory_prescription(cfg, budget_mb, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        memory_text = format_memory_prescription(memory)
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()] or None
     measure = [m.strip() for m in args.measure.split(",") if m.strip()]
     d = diagnose(cfg, techniques=techs, measure=measure)
@@ -65,11 +77,13 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a baseline the projection cannot read: said, not hidden
         h, hours = None, f"full run not projected: {exc}"
     out: dict[str, Any] = d.to_dict()
+    if memory is not None:
+        out["memory_budget"] = memory
     if h is not None:
         out["hours"] = h
     text = args.json != "-"
     if text:
-        print(format_diagnosis(d))
+        print(format_diagnosis(d, memory=memory_text))
         print(hours)
     if args.verify:
         with ResultStore(args.store) as store:

@@ -1,7 +1,9 @@
 """``python -m lab project``: a full run of ``--epochs E`` over ``--rows N`` projected per arm from short measured
 runs (:mod:`lab.ablation.project`), said the seeds' way ("baseline 24.0 h -> bf16+prefetch 16.3 h [15.1, 17.4],
-accuracy -0.2 pt [-0.4, +0.0]"); ``--memory-budget MB`` adds the largest batch that fits
-(:mod:`lab.ablation.memory_fit`).
+accuracy -0.2 pt [-0.4, +0.0]"), with each arm's measured peak memory and step-time cost
+(:func:`lab.ablation.memory_trade.format_memory`); ``--memory-budget MB`` adds the seeds' sentence read from those
+runs ("250 MB: does not fit (baseline 310 MB) -> fits at 241 MB with accum2, 1.26x the time per step ...") and
+the largest batch that fits (:mod:`lab.ablation.memory_fit`).
 
 The measured runs take the config's own flags (``ablate``'s defaults); ``--epochs`` here is the projected run's,
 ``--measure-epochs`` the measured one's (default: the size's). Without ``--techniques`` / ``--recipe`` only the
@@ -35,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--budget-pt", type=float, default=1.0,
                    help="accuracy budget in metric points an arm may lose against the baseline (default: 1.0)")
     g.add_argument("--memory-budget", type=float, default=None, metavar="MB",
-                   help="also find the largest batch whose measured peak memory is under MB")
+                   help="say which measured arm fits MB of peak memory and at what time cost, and find the "
+                        "largest batch whose measured peak memory is under MB")
     json_flag(g, "the projection")
     store_flags(g, "results store (default: $LAB_RESULTS_DB or results/lab.sqlite)")
 
@@ -45,6 +48,7 @@ def main(args: argparse.Namespace) -> int:
 
     from lab.ablation import load_ablation, run_ablation
     from lab.ablation.memory_fit import format_fit, largest_batch
+    from lab.ablation.memory_trade import format_memory, from_ablation
     from lab.ablation.project import format_projection, project_arms
     from lab.recipes import from_techniques, get_recipe
     from lab.store import ResultStore
@@ -56,6 +60,8 @@ def main(args: argparse.Namespace) -> int:
                         ("repeats", args.repeats), ("seeds", args.seeds)):
         if value is not None and value < 1:
             raise UsageError(f"{flag}={value} is invalid: allowed: >= 1")
+    if args.memory_budget is not None and not 0 < args.memory_budget < float("inf"):
+        raise UsageError(f"--memory-budget={args.memory_budget} is invalid: allowed: a number of MB > 0")
     base = config_from_args(args, defaults={**ABLATE_DEFAULTS, "epochs": args.measure_epochs})
     json_out = json_file(args)  # refused now, not after the measured runs
     techs = [t.strip() for t in args.techniques.split(",") if t.strip()]
@@ -75,8 +81,10 @@ def main(args: argparse.Namespace) -> int:
                                      progress=lambda e: bar.update(1) if e["phase"] == "ablation" else None)
             runs = load_ablation(ablation, store, repeats=args.repeats, seeds=seeds)
     projected = project_arms(runs, epochs=epochs, rows=args.rows, test_rows=args.test_rows)
+    trade = from_ablation(runs, budget_mb=args.memory_budget, table=table)  # every figure a measured run's
     found = largest_batch(base, args.memory_budget) if args.memory_budget is not None else None
-    payload = json.dumps({"epochs": epochs, "rows": args.rows, "arms": projected, "memory": found}, default=str)
+    payload = json.dumps({"epochs": epochs, "rows": args.rows, "arms": projected, "memory": found,
+                          "memory_trade": trade}, default=str)
     if args.json == "-":
         print(payload)
         return 0
@@ -84,7 +92,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"projected full run: {epochs} epochs over {rows} rows "
           f"({base.workload}/{base.size}, measured on {args.repeats * len(seeds)} run(s) per arm)")
     print(format_projection(projected, table))
-    if found is not None:
+    print(format_memory(trade, projected))
+    if found is not None:  # another measure than the arms' roles: said, so the two peaks are not read as one
+        print("largest batch, by each try's own process peak (a fresh process per try: rss on CPU, runtime and "
+              "data included; cuda on a GPU):")
         print(format_fit(found))
     if json_out is not None:
         write_json(payload, json_out)

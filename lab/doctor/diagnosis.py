@@ -338,8 +338,9 @@ def format_breakdown(b: Breakdown, title: str) -> str:
     return "\n".join(rows)
 
 
-def format_diagnosis(d: Diagnosis) -> str:
-    """The breakdown, the ranked prescription with a reason each, what was left out and why."""
+def format_diagnosis(d: Diagnosis, memory: str | None = None) -> str:
+    """The breakdown, the ranked prescription with a reason each, what was left out and why. ``memory``: the
+    memory budget's prescription (:mod:`lab.doctor.memory`), said before the speed one."""
     threads = d.baseline.env.get("torch_threads")
     lines = [f"doctor: {d.cfg.workload}/{d.cfg.size} on {d.hardware_id} (threads {threads})",
              format_breakdown(d.train, "training step")]
@@ -348,6 +349,8 @@ def format_diagnosis(d: Diagnosis) -> str:
         lines.append(format_breakdown(d.infer, f"inference (batch {batch})"))
     lines.append(f"rates: {d.rate_source} ({d.calibration_s:.1f} s)")
     run = f" over {d.run.what} ({d.run.steps:,} steps)" if d.run else ""
+    if memory:
+        lines.append(memory)
     for axis, title in (("train_step", "prescription, training step"), ("inference", "prescription, inference")):
         ps = [p for p in d.predictions if p.axis == axis]
         if ps:

@@ -83,11 +83,22 @@ def _op_classes(result: RunResult) -> go.Figure | None:
     return fig
 
 
+def _memory_budget(result: RunResult) -> go.Figure | None:
+    """A run that ``--memory-budget`` chose: every configuration its search measured, memory against time."""
+    found = result.details.get("memory_budget")
+    if not found:
+        return None
+    from lab.ablation.memory_trade import from_budget
+    from lab.plots.memory import memory_vs_time
+
+    return memory_vs_time(from_budget(found), title=f"Memory budget {found['budget_mb']:g} MB: what was tried")
+
+
 # name -> builder(RunResult) -> Figure | None (None: nothing to show for this run). A family with a detail
 # figure adds one entry here; the dashboard shows whatever applies.
 DETAIL_FIGURES: dict[str, Callable[[RunResult], go.Figure | None]] = {
     "loss scale (fp16)": _loss_scale, "per-layer sparsity": _layer_sparsity, **FAMILY_FIGURES,
-    "op classes (profiled)": _op_classes,
+    "op classes (profiled)": _op_classes, "memory budget search": _memory_budget,
 }
 
 

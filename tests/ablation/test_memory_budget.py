@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from lab.ablation.memory_budget import BudgetNotMet, candidates, chosen_config, fit_budget, format_budget
+from lab.ablation.memory_budget import BudgetNotMet, candidates, chosen_config, fit_budget, format_budget, shard_note
 from lab.cli import main
 from lab.config import RunConfig
 
@@ -63,6 +63,29 @@ def test_the_search_picks_the_fastest_that_fits_not_the_first_and_skips_what_onl
     found = fit_budget(BASE, 85, measure_fn=planted([]), measure="roles")
     assert found["chosen"]["name"] == "accum2" and found["step_time_ratio"] == pytest.approx(1.1)
     assert fit_budget(BASE, 100, measure_fn=planted([]), measure="roles")["candidates"][0]["fits"]
+
+
+def test_fsdp2_is_tried_where_the_run_has_ranks_and_said_not_tried_where_it_has_one():
+    """Two ranks: FSDP2 halves a rank's params + grads + state (60 of the 100 MB) for 1.5 ms; it is a candidate,
+    fits a budget only it meets, and the answer says its peak is one rank's. One rank: no FSDP2 candidate, and a
+    budget nothing meets says why it was not tried."""
+    two = BASE.with_overrides(**{"ddp.world_size": 2})
+
+    def measure(cfg: RunConfig) -> dict:
+        got = planted([])(cfg)
+        if cfg.memory.shard == "fsdp2":
+            got = {"peak_mb": got["peak_mb"] - 30, "step_ms": got["step_ms"] + 1.5}
+        return got
+
+    assert len(candidates(two)) == 36 and len(candidates(BASE)) == 18
+    assert "fsdp2" in {o for c in candidates(two) for o in c.options}
+    found = fit_budget(two, 72, measure_fn=measure, measure="roles")
+    assert found["chosen"]["name"] == "fsdp2" and found["chosen"]["peak_mb"] == 70  # 11.5 ms: checkpointing is 12
+    assert found["shard"]["tried"] and "fsdp2 tried at world size 2, in place of DDP: a peak is one rank's" in \
+        format_budget(found)
+    assert not shard_note(two, "rss")["tried"]
+    with pytest.raises(BudgetNotMet, match=r"MB; fsdp2 not tried: one rank has nobody to shard with"):
+        fit_budget(BASE, 5, measure_fn=planted([]), measure="roles", batch="never")
 
 
 def test_a_refused_lever_is_refused_once_and_low_bit_state_is_tried_when_nothing_else_fits():

@@ -116,6 +116,7 @@ def test_lab_project_projects_the_baseline_of_a_measured_run(tmp_path, capsys):
                  "--repeats", "1", "--max-steps", "12", "--latency-repeats", "0", "--store", str(tmp_path / "s")])
     out = capsys.readouterr().out
     assert code == 0 and "baseline" in out and "256 steps, 64 per epoch" in out  # 2x the rows: 2x the batches
+    assert "peak memory per arm (roles: tensor bytes by role" in out  # the measured runs' own peak
     assert main(["project", "--workload", "ctr"]) == 2  # --epochs is required
 
 
