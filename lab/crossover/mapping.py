@@ -10,14 +10,13 @@ a fixed schema (``lab doctor`` reads it without importing this package), plus th
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from lab.context import thread_count
-from lab.crossover.arms import AXES, TECHNIQUES, parts
+from lab.crossover.arms import AXES, TECHNIQUES
 from lab.crossover.fit import (
     PAYS_GAIN,
     crossover_macs,
@@ -31,14 +30,8 @@ from lab.crossover.fit import (
 )
 from lab.crossover.measure import SLOW_MARK, ProgressFn, make_bench, measure_rung
 from lab.crossover.reference import compare as compare_with_plain
-from lab.measure import (
-    ContentionMeter,
-    card_summary,
-    environment_stamp,
-    limit_sentence,
-    load_card,
-    speedup_vs_ceiling,
-)
+from lab.goals import map_row_ceiling
+from lab.measure import ContentionMeter, card_summary, environment_stamp, limit_sentence, load_card
 from lab.precision import capability
 from lab.workloads import SCALE_NAMES, get_workload
 
@@ -110,11 +103,8 @@ def cite_machine_card(the_map: dict[str, Any]) -> None:
             row["why"] = f"{row['why']}; card: {limit}" if row.get("why") else f"card: {limit}"
 
 
-_MACS_RATIO = re.compile(r"([0-9.]+)x fewer MACs")
-
-
 def attach_ceilings(the_map: dict[str, Any], card: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Give every row its ceiling and the share of it measured (:func:`lab.measure.speedup_vs_ceiling`):
+    """Give every row its ceiling and the share of it measured (:func:`lab.goals.map_row_ceiling`):
     ``ceiling``, ``ceiling_basis``, ``share_of_ceiling``, ``share_why``. The card is ``card``, else the one the map
     cited, else its environment stamp's; none: each row says "no card" rather than a guessed ceiling. A map
     row times a step whole, so a precision's ceiling is its GEMM ratio alone and a loader or a fused optimizer
@@ -123,16 +113,7 @@ def attach_ceilings(the_map: dict[str, Any], card: dict[str, Any] | None = None)
     card = card or the_map.get("machine_card") or (the_map.get("env") or {}).get("machine_card")
     threads = the_map.get("threads") or (the_map.get("env") or {}).get("torch_threads") or 1
     for row in the_map["rows"]:
-        try:  # the registry's options: their config overrides say what each part changes
-            overrides = [dict(o.overrides) for o in parts(row["technique"])]
-        except (KeyError, ValueError):  # a technique no longer registered: nothing to bound it by
-            overrides = []
-        match = _MACS_RATIO.search(row.get("why") or "")
-        row.update(speedup_vs_ceiling(row.get("speedup"), overrides, row["axis"], card=card, threads=threads,
-                                      macs_ratio=float(match.group(1)) if match else None,
-                                      regime=row.get("regime")) if overrides else
-                   {"ceiling": None, "ceiling_basis": f"unknown technique {row['technique']!r}",
-                    "share_of_ceiling": None, "share_why": ""})
+        row.update(map_row_ceiling(row, card, threads))
     return the_map
 
 

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from lab.cli import main
+from lab.crossover import ROW_KEYS, build_map, check_schema, describe, family_of, place_workload
 from lab.crossover.mapping import attach_ceilings
 from lab.measure import CEILING_KEYS
-from lab.crossover import ROW_KEYS, build_map, check_schema, describe, family_of, place_workload
 
 
 def test_a_tiny_real_map_has_the_schema_and_one_row_per_rung_technique_axis(cpu_caps) -> None:
