@@ -8,6 +8,7 @@ import math
 import pytest
 
 from lab import RunConfig, run
+from lab.ablation.record import build_record
 from lab.ablation.summary import summarize
 from lab.crossover.mapping import attach_ceilings
 from lab.measure.ceiling import amdahl, config_parts, gemm_ratio, share_of_ceiling, technique_ceiling
@@ -86,6 +87,8 @@ def test_the_ablations_arm_rows_carry_the_exact_ceiling_and_share():
     assert pre["ceiling"] == pytest.approx(1.25) and pre["share_of_ceiling"] == pytest.approx(10 / 9 / 1.25)
     q = df.loc["int8_static"]  # inference 8 / 4 ms = 2x of the card's int8 ratio 8x: 25 %, baseline at 5 %
     assert q["ceiling"] == 8.0 and q["share_of_ceiling"] == pytest.approx(0.25) and "not GEMM-bound" in q["share_why"]
+    said = " ".join(build_record(df.reset_index(), runs).arms["bf16"].figure_lines())  # what every view shows
+    assert "80 % of its ceiling 1.82x on this machine (card: bf16 GEMM peak 4.00x fp32" in said
     assert math.isnan(df.loc["baseline", "ceiling"])  # the baseline and A/A arm: nothing to bound
 
 
