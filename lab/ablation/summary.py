@@ -158,10 +158,13 @@ def ceiling_columns(row: dict[str, Any], arm_runs: Sequence[RunResult], base_run
     util = ((base.details.get("utilisation") or {}).get("inference" if axis == "inference" else "train_step")
             or {}).get("share")
     macs = row.get("macs_ratio")
+    arm = arm_runs[0]
+    int8_share = arm.int8_macs_per_sample / arm.macs_per_sample if arm.macs_per_sample else None
     return speedup_vs_ceiling(
         row.get(speed), parts, axis, card=base.env.get("machine_card"), threads=base.env.get("torch_threads"),
         phases_ms=_phases_ms(base_runs) if axis == "train_step" else None,
-        macs_ratio=1.0 / macs if macs and macs == macs and macs > 0 else None, utilisation=util)
+        macs_ratio=1.0 / macs if macs and macs == macs and macs > 0 else None, int8_mac_share=int8_share,
+        utilisation=util)
 
 
 def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str, ...]] | None = None,

@@ -322,7 +322,8 @@ def cross_hardware_table(maps: list[tuple[str, dict[str, Any]]]) -> str:
     rungs = ", ".join(f"{w} {r}" for w, r in sorted(top.items()))
     lines += ["", f"Median speedup over the workloads at the largest rung every machine measured ({rungs}), "
                   "its range, on how many of them the 95 % CI is above 1, and the median share of its ceiling on that "
-                  "machine's card (GEMM ratio for a precision or int8, MACs ratio for channel pruning; `no card`: the "
+                  "machine's card (GEMM ratio for a precision; for int8 over the share of MACs in int8 where the row "
+                  "says it; MACs ratio for channel pruning; `no card`: the "
                   "map predates the card). Each column is that machine's own map (1 thread); a quick map has fewer "
                   "techniques and rounds."]
     return "\n".join(lines)

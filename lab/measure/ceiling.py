@@ -6,7 +6,8 @@ step's phases (data wait, forward, backward, optimizer, comm) and its MACs. Toge
 
 - a lower precision (bf16 / fp16): the card's GEMM peak in that dtype over fp32's, on the forward and backward
   phases; ``auto``: the best of fp32 / bf16 / fp16 there;
-- int8 (inference): the card's int8 GEMM peak over fp32's;
+- int8 (inference): the card's int8 GEMM peak over fp32's, by Amdahl over the MACs where the share of them that
+  runs in int8 is known (layers a flow leaves float stay at fp32 speed);
 - channel pruning: the MACs ratio dense / pruned (fewer multiply-accumulates is all it removes); unstructured
   masks: 1x, dense kernels skip no zeros;
 - data loading: the ideal-loader bound, the step with its data wait removed;
@@ -59,7 +60,7 @@ def amdahl(phases_ms: Mapping[str, float], factors: Mapping[str, float], rest: f
 
 
 def _part(overrides: Mapping[str, Any], axis: str, card: Mapping[str, Any] | None, threads: int | None,
-          macs_ratio: float | None) -> dict[str, Any]:
+          macs_ratio: float | None, int8_mac_share: float | None = None) -> dict[str, Any]:
     """One option's bound: ``{"factor", "phases" (None: the whole step or call), "basis"}`` or ``{"why"}``."""
     train = axis != "inference"
     kernel_phases = KERNEL_PHASES if train else None
@@ -89,6 +90,10 @@ def _part(overrides: Mapping[str, Any], axis: str, card: Mapping[str, Any] | Non
         ratio = gemm_ratio(card, "int8", threads)
         if ratio is None:
             return {"why": "the card has no int8 GEMM peak"}
+        if int8_mac_share is not None and 0 <= int8_mac_share <= 1:  # Amdahl over the MACs: float ones stay
+            s = float(int8_mac_share)
+            return {"factor": 1.0 / ((1.0 - s) + s / ratio), "phases": None,
+                    "basis": f"card: int8 GEMM peak {ratio:.2f}x fp32 on the {s:.0%} of MACs in int8"}
         return {"factor": ratio, "phases": None, "basis": f"card: int8 GEMM peak {ratio:.2f}x fp32"}
     if "prune.method" in overrides:
         if overrides["prune.method"] != "structured_channels":
@@ -115,13 +120,14 @@ def _part(overrides: Mapping[str, Any], axis: str, card: Mapping[str, Any] | Non
 
 def technique_ceiling(parts: Sequence[Mapping[str, Any]], axis: str, *, card: Mapping[str, Any] | None,
                       threads: int | None = None, phases_ms: Mapping[str, float] | None = None,
-                      macs_ratio: float | None = None) -> dict[str, Any]:
+                      macs_ratio: float | None = None, int8_mac_share: float | None = None) -> dict[str, Any]:
     """The ceiling of a technique (``parts``: each option's config overrides, one for a single option, several
     for a ``+`` stack) on ``axis`` (``train_step`` / ``train`` / ``inference``): ``{"ceiling", "basis"}``, or
     ``{"ceiling": None, "why"}``. On a training axis with ``phases_ms`` (the baseline's median per phase and
     ``total``) the parts' factors multiply per phase and combine by :func:`amdahl`; without phases the kernel
-    ratios multiply over the whole step (a part that needs a phase then has no ceiling)."""
-    got = [_part(p, axis, card, threads, macs_ratio) for p in parts]
+    ratios multiply over the whole step (a part that needs a phase then has no ceiling). ``int8_mac_share``: the
+    share of the int8 model's MACs that run in int8 (the rest stay float), where known."""
+    got = [_part(p, axis, card, threads, macs_ratio, int8_mac_share) for p in parts]
     missing = [g["why"] for g in got if "why" in g]
     if missing or not got:
         return {"ceiling": None, "why": "; ".join(dict.fromkeys(missing)) or "no technique"}
@@ -195,10 +201,12 @@ def config_parts(cfg: Mapping[str, Any], base_cfg: Mapping[str, Any]) -> list[di
 def speedup_vs_ceiling(speedup: float | None, parts: Sequence[Mapping[str, Any]], axis: str, *,
                        card: Mapping[str, Any] | None, threads: int | None = None,
                        phases_ms: Mapping[str, float] | None = None, macs_ratio: float | None = None,
-                       utilisation: float | None = None, regime: str | None = None) -> dict[str, Any]:
+                       int8_mac_share: float | None = None, utilisation: float | None = None,
+                       regime: str | None = None) -> dict[str, Any]:
     """The :data:`CEILING_KEYS` of one measured speedup: its ceiling (:func:`technique_ceiling`) with the basis
     (or why there is none), and the share of it measured with the why (:func:`share_of_ceiling`)."""
-    got = technique_ceiling(parts, axis, card=card, threads=threads, phases_ms=phases_ms, macs_ratio=macs_ratio)
+    got = technique_ceiling(parts, axis, card=card, threads=threads, phases_ms=phases_ms, macs_ratio=macs_ratio,
+                            int8_mac_share=int8_mac_share)
     share, why = share_of_ceiling(speedup, got["ceiling"], utilisation=utilisation, regime=regime)
     return {"ceiling": got["ceiling"], "ceiling_basis": got.get("basis") or got.get("why"),
             "share_of_ceiling": share, "share_why": why if got["ceiling"] is not None else ""}

@@ -35,6 +35,8 @@ def test_each_technique_gets_the_ceiling_its_card_and_phases_allow():
     auto = technique_ceiling([{"precision.dtype": "auto"}], "inference", card=CARD, threads=1)
     assert auto["ceiling"] == 4.0  # the best of fp32 / bf16 / fp16 (fp16 at 0.02x)
     assert technique_ceiling([{"quant.method": "static"}], "inference", card=CARD, threads=1)["ceiling"] == 8.0
+    half = technique_ceiling([{"quant.method": "static"}], "inference", card=CARD, threads=1, int8_mac_share=0.5)
+    assert half["ceiling"] == pytest.approx(1 / (0.5 + 0.5 / 8))  # Amdahl over the MACs: the float half stays
     assert technique_ceiling([{"quant.method": "static"}], "train_step", card=CARD)["ceiling"] is None
     channels = {"prune.method": "structured_channels", "prune.amount": 0.5}
     assert technique_ceiling([channels], "inference", card=None, macs_ratio=3.0)["ceiling"] == 3.0
