@@ -206,6 +206,8 @@ def ceiling_cell(row: dict[str, Any]) -> str:
         why = (row.get("share_why") or "").split(":")[0]
         return (f"{100 * share:.0f} %" + (f" of {ceiling:.3g}x" if _finite(ceiling) else "")
                 + (f" ({why})" if why else ""))
+    if _finite(ceiling) and ceiling < 1:
+        return f"ceiling {ceiling:.2g}x: cannot pay"
     return "no card" if row.get("ceiling_basis") == "no card" else ""
 
 
