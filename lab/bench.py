@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab import goals
 from lab.measure import environment_stamp
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -121,11 +122,11 @@ def build_report(folder: str | Path, previous: dict[str, Any] | None = None) -> 
         for f in b["figures"]:
             family = f.get("family") or BENCHMARK_FAMILY.get(b["benchmark"], b["benchmark"])
             row = {"benchmark": b["benchmark"], "family": family, "name": f["name"], "value": f["value"],
-                   "unit": f["unit"], "ci95": f.get("ci95"), "goal": f.get("goal"), "met": f.get("met"),
-                   "met_beyond_noise": None, "note": f.get("note", ""), "quick": bool(b.get("quick")),
-                   "hardware_id": env.get("hardware_id"),
+                   "unit": f["unit"], "ci95": f.get("ci95"), "met_beyond_noise": None, "note": f.get("note", ""),
+                   "quick": bool(b.get("quick")), "hardware_id": env.get("hardware_id"),
                    "device_name": env.get("device_name"), "git_sha": env.get("git_sha"),
-                   "measured_at": b.get("measured_at")}
+                   "measured_at": b.get("measured_at"),
+                   **goals.derive(b, f)}  # the goal from this machine's card, the one written kept beside it
             row["met_beyond_noise"] = met_beyond_noise(row)
             before = prev.get((row["benchmark"], row["name"], row["quick"]))
             if before is not None and before.get("measured_at") and before["measured_at"] == row["measured_at"]:
@@ -137,7 +138,7 @@ def build_report(folder: str | Path, previous: dict[str, Any] | None = None) -> 
     env = benches[0].get("env", {})
     return {"hardware_id": env.get("hardware_id"), "env": env, "benchmarks": [b["benchmark"] for b in benches],
             "quick": sorted({bool(b.get("quick")) for b in benches}), "rows": rows,
-            "compared_with": (previous or {}).get("generated_from")}
+            "compared_with": (previous or {}).get("generated_from"), "goals": goals.tally(rows)}
 
 
 def reproduction(before: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
@@ -181,11 +182,63 @@ def met_beyond_noise(row: dict[str, Any]) -> bool | None:
 
 def met_cell(row: dict[str, Any]) -> str:
     """The report's ``met`` cell: met / met on the point only (its CI crosses the goal) / **not met** / empty."""
+    if row.get("goal_kind") == "retired":
+        return "retired (see the report's notes)"
     if row.get("met") is None:
         return ""
     if not row["met"]:
         return "**not met**"
     return "met, point only (CI crosses the goal)" if row.get("met_beyond_noise") is False else "met"
+
+
+def goal_cell(row: dict[str, Any]) -> str:
+    """The goal, or a retired constant struck through (its why is in the report's notes)."""
+    if row.get("goal"):
+        return str(row["goal"])
+    return f"~~{row['goal_before']}~~" if row.get("goal_kind") == "retired" and row.get("goal_before") else ""
+
+
+def ceiling_cell(row: dict[str, Any]) -> str:
+    """The report's ``of ceiling`` cell: "48 % of 4.39x (overhead)" (the why of a low share in short, in full in
+    the JSON's ``share_why``), "no card" where the result has none, else empty."""
+    share, ceiling = row.get("share_of_ceiling"), row.get("ceiling")
+    if _finite(share):
+        why = (row.get("share_why") or "").split(":")[0]
+        return (f"{100 * share:.0f} %" + (f" of {ceiling:.3g}x" if _finite(ceiling) else "")
+                + (f" ({why})" if why else ""))
+    if _finite(ceiling) and ceiling < 1:
+        return f"ceiling {ceiling:.2g}x: cannot pay"
+    return "no card" if row.get("ceiling_basis") == "no card" else ""
+
+
+def goals_notes(report: dict[str, Any]) -> list[str]:
+    """The report's notes on its goals: met before and after they came from the card, the kinds of goal, and
+    each retired constant with why and the figures it applied to."""
+    rows = report["rows"]
+    tally = report.get("goals") or goals.tally(rows)
+    (b_met, b_n), (a_met, a_n) = tally["before"], tally["after"]
+    lines = ["## Goals from the machine", "",
+             f"Full-setting goals met: **{a_met} of {a_n}** with the goals below; {b_met} of {b_n} with the constants "
+             "they replace (issue 47). `of ceiling`: the measured speedup as a share of what this machine's card "
+             "(GEMM peaks per dtype) or the run (MACs ratio, ideal loader, Amdahl over its phases) allows; "
+             "`no card`: the result was measured before the machine card existed, so no ceiling is invented.", ""]
+    lines += [f"- {kind}: {what}" for kind, what in goals.KINDS.items()]
+    retired: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("retired_why") and r.get("goal_before"):
+            retired.setdefault(r["retired_why"], []).append(f"{r['name']} ({r['goal_before']})")
+    if retired:
+        lines += ["", "Retired constants, with why:", ""]
+        for why, names in retired.items():
+            lines.append(f"- {why}. Applied to: " + "; ".join(dict.fromkeys(names)) + ".")
+    moved = [r for r in rows if r.get("goal_before") and r.get("goal") != r.get("goal_before")
+             and r.get("met") != r.get("met_before") and not r.get("quick")]
+    if moved:
+        lines += ["", "Verdicts that moved:", ""]
+        word = {True: "met", False: "not met", None: "no verdict"}
+        lines += [f"- {r['name']}: {word[r.get('met_before')]} against `{r['goal_before']}` -> "
+                  f"{word[r.get('met')]} against `{r.get('goal') or 'no goal'}`" for r in moved]
+    return lines + [""]
 
 
 def _fmt(x: Any) -> str:
@@ -234,7 +287,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [f"## {fam}", ""]
         if anchor:
             lines += [f"Anchor: {anchor.claim} ({anchor.source}).", ""]
-        head = "| figure | measured | 95 % CI | goal | met | note |" + (" reproduced |" if compared else "")
+        head = ("| figure | measured | 95 % CI | goal | met | of ceiling | note |"
+                + (" reproduced |" if compared else ""))
         lines += [head, "|" + "---|" * (head.count("|") - 1)]
         for r in (r for r in rows if r["family"] == fam):
             ci = f"[{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]" if r.get("ci95") else ""
@@ -242,12 +296,13 @@ def render_markdown(report: dict[str, Any]) -> str:
             value = f"{_fmt(r['value'])} {r['unit']}" if _finite(r["value"]) else f"— ({r['note'][:80]})"
             note = (r.get("note") or "").replace("|", "/").replace("\n", " ")
             note = note if len(note) <= 100 else note[:99] + "…"
-            cells = [r["name"].replace("|", "/"), value, ci, (r.get("goal") or "").replace("|", "/"), met, note]
+            cells = [r["name"].replace("|", "/"), value, ci, goal_cell(r).replace("|", "/"), met,
+                     ceiling_cell(r), note]
             if compared:
                 cells.append(_repro_cell(r))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + goals_notes(report))
 
 
 def write_report(folder: str | Path, *, new_results: bool = True) -> tuple[Path, Path, dict[str, Any]]:
@@ -281,17 +336,18 @@ def headline_table(reports: list[tuple[str, dict[str, Any]]], *, links: bool = T
         title = f"**[{hw}]({path})**" if links else f"**{hw}** (`{path}`)"
         out += [f"{title}: {env.get('device_name')}, torch {env.get('torch_version')}, "
                 f"{mode} settings, git {str(env.get('git_sha'))[:10]}", "",
-                "| family | figure | measured | 95 % CI | goal | met | 2nd run within CI |",
-                "|---|---|---|---|---|---|---|"]
-        rows = [r for r in rep["rows"] if r.get("goal") or r["family"] == "stacked"]
+                "| family | figure | measured | 95 % CI | goal | met | of ceiling | 2nd run within CI |",
+                "|---|---|---|---|---|---|---|---|"]
+        rows = [r for r in rep["rows"] if r.get("goal") or r.get("goal_before") or r["family"] == "stacked"]
         rows.sort(key=lambda r: FAMILY_ORDER.index(r["family"]) if r["family"] in FAMILY_ORDER else 99)
         for r in rows:
             ci = f"[{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]" if r.get("ci95") else ""
             met = met_cell(r)
             value = f"{_fmt(r['value'])} {r['unit']}" if _finite(r["value"]) else "skipped"
+            goal = goal_cell(r)
             repro = {True: "yes", False: "**NO**", None: ""}[r.get("within_ci")]
             out.append(f"| {r['family']} | {r['name'].replace('|', '/')} | {value} | {ci} | "
-                       f"{(r.get('goal') or '').replace('|', '/')} | {met} | {repro} |")
+                       f"{goal.replace('|', '/')} | {met} | {ceiling_cell(r)} | {repro} |")
         out.append("")
     return "\n".join(out).rstrip("\n")
 

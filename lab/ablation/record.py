@@ -138,6 +138,11 @@ class ArmRecord:
     macs: Ratio | None = None  # dense MACs per sample, baseline / arm
     macs_if_skipped: Ratio | None = None  # if a kernel skipped the pruned zeros
     why: tuple[str, ...] = ()  # the runs' tags, said once, without the numbers stated here
+    # what the machine card and the baseline's phases allow on the arm's main axis (lab.measure.ceiling)
+    ceiling: float | None = None
+    share_of_ceiling: float | None = None
+    ceiling_basis: str = ""
+    share_why: str = ""
 
     @property
     def not_run(self) -> bool:
@@ -162,6 +167,9 @@ class ArmRecord:
             dense = self.macs.text if self.macs is not None else "?"
             out.append(f"{self.macs_if_skipped.text} MACs if zeros were skipped (theory); the dense kernels run "
                        f"{'as many as the baseline' if dense == 'as many' else dense}")
+        if self.ceiling is not None and self.share_of_ceiling is not None:
+            out.append(f"{100 * self.share_of_ceiling:.0f} % of its ceiling {fmt_sig(self.ceiling)}x on this machine "
+                       f"({self.ceiling_basis})" + (f": {self.share_why}" if self.share_why else ""))
         return out
 
 
@@ -243,6 +251,15 @@ class AblationRecord:
         return verdict(self.table, budget_pt, speed)
 
 
+def _ceiling(row: dict[str, Any]) -> dict[str, Any]:
+    """The arm's ceiling fields from ``summarize``'s row (NaN / None where it has none)."""
+    ceiling, share = row.get("ceiling"), row.get("share_of_ceiling")
+    return {"ceiling": float(ceiling) if _finite(ceiling) else None,
+            "share_of_ceiling": float(share) if _finite(share) else None,
+            "ceiling_basis": row.get("ceiling_basis") if isinstance(row.get("ceiling_basis"), str) else "",
+            "share_why": row.get("share_why") if isinstance(row.get("share_why"), str) else ""}
+
+
 def build_record(df: pd.DataFrame, runs: dict[str, list[RunResult]] | None = None) -> AblationRecord:
     """The record of every arm of ``summarize``'s table ``df`` (``runs``: the arms' stored runs, for the
     figures only a run's details hold: the paired inference and the MACs a kernel skipping zeros would run)."""
@@ -278,7 +295,7 @@ def build_record(df: pd.DataFrame, runs: dict[str, list[RunResult]] | None = Non
             paired=paired, paired_what=what, size=size, base_bytes=base_bytes if size else None,
             arm_bytes=bytes_ if size else None, macs=macs,
             macs_if_skipped=_ratio(median(skipped), better="fewer", worse="more") if skipped else None,
-            why=_why(row.get("why")))
+            why=_why(row.get("why")), **_ceiling(row))
     hw = tuple(dict.fromkeys(str(h) for h in df.get("hardware_id", []) if isinstance(h, str)))
     base_run = next(iter(ok_runs.get("baseline") or []), None)
     cfg = (base_run.config if base_run is not None else None) or {}

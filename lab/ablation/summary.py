@@ -22,6 +22,10 @@ Definitions (one row per arm):
 - ``baseline_learned``: False when the baseline's runs carry the "did not learn" tag: every accuracy delta
   of that table is then meaningless.
 - the A/A arm (``aa``): the baseline config again; its interval is the noise floor and must contain 1.
+- ``ceiling`` / ``share_of_ceiling`` (:mod:`lab.measure.ceiling`): what the machine card and the baseline's
+  measured phases allow the arm on its main speed axis (the step for a training technique, the inference call
+  otherwise), the basis of that figure (``ceiling_basis``, or why there is none), and the measured speedup as
+  a share of it with a why when low (``share_why``). Blank for the baseline and the A/A arm.
 - ``ttt_speedup`` (:mod:`lab.ablation.target`): the time-to-target ratio with its CI, ``ttt_reached``
   saying when an arm's runs never got there; ``one_off_s`` / ``end_to_end_s``: the one-off costs and the time
   to a trained model (training + evaluations + one-off costs outside the loop), medians over the runs.
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lab.ablation import target as target_
-from lab.measure import bootstrap_ratio_ci, median, spread
+from lab.measure import CEILING_KEYS, bootstrap_ratio_ci, config_parts, median, speedup_vs_ceiling, spread
 from lab.result import RunResult
 from lab.technique import AXES
 
@@ -57,7 +61,7 @@ COLUMNS = [
     "infer_speedup", "infer_speedup_lo", "infer_speedup_hi", "metric_name", "metric", "acc_loss_pt",
     "acc_loss_lo", "acc_loss_hi", "noise_pt", "loss_unit", "within_noise", "baseline_learned", "peak_memory_mb",
     "model_bytes", "size_ratio", "macs_per_sample", "macs_ratio", "why", "hardware_id", "device_name",
-    "torch_version", "threads", "busy_runs", "others_cores", *target_.COLUMNS,
+    "torch_version", "threads", "busy_runs", "others_cores", *target_.COLUMNS, *CEILING_KEYS,
 ]
 
 
@@ -129,6 +133,40 @@ def stored_latency_key(results: Sequence[RunResult]) -> str:
     return max(keys, key=lambda k: int(k[6:]), default="batch_256")
 
 
+def _phases_ms(results: Sequence[RunResult]) -> dict[str, float]:
+    """Median per phase (and ``total``) over the pooled measured steps of ``results``."""
+    names = dict.fromkeys(p for r in results for p in r.step_times_ms)
+    pooled = {p: _pooled(results, lambda r, p=p: r.measured_ms(p)) for p in names}
+    return {p: median(xs) for p, xs in pooled.items() if xs}
+
+
+def ceiling_columns(row: dict[str, Any], arm_runs: Sequence[RunResult], base_runs: Sequence[RunResult],
+                    arm_axes: tuple[str, ...]) -> dict[str, Any]:
+    """The arm's :data:`~lab.measure.ceiling.CEILING_KEYS`: the technique read from its config against the
+    baseline's, the ceiling from the baseline's machine card and phases, on the step for a training technique,
+    on the inference call otherwise; the baseline's utilisation of the fp32 peak says why a share is low."""
+    if not arm_runs or not base_runs:
+        return {}
+    speed, axis = (("step_speedup", "train_step") if "train_step" in arm_axes else
+                   ("infer_speedup", "inference") if "inference" in arm_axes else (None, None))
+    if speed is None:
+        return {"ceiling_basis": "no speed axis"}
+    base = base_runs[0]
+    parts = config_parts(arm_runs[0].config or {}, base.config or {})
+    if not parts:
+        return {}
+    util = ((base.details.get("utilisation") or {}).get("inference" if axis == "inference" else "train_step")
+            or {}).get("share")
+    macs = row.get("macs_ratio")
+    arm = arm_runs[0]
+    int8_share = arm.int8_macs_per_sample / arm.macs_per_sample if arm.macs_per_sample else None
+    return speedup_vs_ceiling(
+        row.get(speed), parts, axis, card=base.env.get("machine_card"), threads=base.env.get("torch_threads"),
+        phases_ms=_phases_ms(base_runs) if axis == "train_step" else None,
+        macs_ratio=1.0 / macs if macs and macs == macs and macs > 0 else None, int8_mac_share=int8_share,
+        utilisation=util)
+
+
 def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str, ...]] | None = None,
               baseline: str = "baseline", latency_key: str | None = None,
               axes: dict[str, tuple[str, ...]] | None = None, budget_pt: float = 1.0) -> pd.DataFrame:
@@ -193,6 +231,8 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
             unknown = math.isnan(loss) or math.isnan(row["noise_pt"])
             row["within_noise"] = None if unknown else bool(abs(loss) <= row["noise_pt"])
             _apply_axes(row, axes.get(arm, AXES), n=min(len(ok), len(base_ok)))
+            if arm not in (baseline, AA_ARM):
+                row.update(ceiling_columns(row, ok, base_ok, axes.get(arm, AXES)))
             if arm == baseline:  # exactly 1 by definition, not a bootstrap artefact
                 for k in ("train", "step", "infer"):
                     row.update({f"{k}_speedup": 1.0, f"{k}_speedup_lo": 1.0, f"{k}_speedup_hi": 1.0})
@@ -202,5 +242,5 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 
-__all__ = ["AA_ARM", "AXES", "COLUMNS", "MIN_RUNS", "SPEED_AXIS", "end_to_end_train_s", "stored_latency_key",
-           "summarize"]
+__all__ = ["AA_ARM", "AXES", "COLUMNS", "MIN_RUNS", "SPEED_AXIS", "ceiling_columns", "end_to_end_train_s",
+           "stored_latency_key", "summarize"]

@@ -24,10 +24,17 @@ NAME, HELP = "ablate", "run an ablation recipe or technique stack and print its 
 #: thread so the arms' timings do not fight over cores.
 ABLATE_DEFAULTS = {"workload": "ctr", "size": "tiny", "threads": 1}
 ABLATE_TABLE_COLUMNS = ["arm", "status", "n_ok", "train_speedup", "train_speedup_lo", "train_speedup_hi",
-                        "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size", "why"]
+                        "infer_speedup", "acc_loss_pt", "noise_pt", "within_noise", "size", "of_ceiling", "why"]
 #: Time to target, shown when the runs evaluated during training (``--eval-every`` / ``--target-metric``).
 TTT_TABLE_COLUMNS = ["arm", "one_off_s", "end_to_end_s", "ttt_s", "ttt_speedup", "ttt_speedup_lo", "ttt_speedup_hi",
                      "ttt_reached", "peak_memory_mb"]
+
+
+def _of_ceiling(arm: Any) -> str:
+    """``"80 % of 1.82x"``: the arm's measured speedup as a share of its ceiling on this machine (blank: none)."""
+    if arm.share_of_ceiling is None or arm.ceiling is None:
+        return ""
+    return f"{100 * arm.share_of_ceiling:.0f} % of {arm.ceiling:.3g}x"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,7 +107,8 @@ def main(args: argparse.Namespace) -> int:
 
         record = build_record(df)  # the size as the dashboard says it: "2.12x smaller" (baseline / arm bytes)
         sized = df.assign(size=[record.arms[a].size.text if record.arms[a].size else "" for a in df["arm"]],
-                          why=["; ".join(record.arms[a].why) for a in df["arm"]])  # the page's why, said once
+                          why=["; ".join(record.arms[a].why) for a in df["arm"]],  # the page's why, said once
+                          of_ceiling=[_of_ceiling(record.arms[a]) for a in df["arm"]])
         table = sized[ABLATE_TABLE_COLUMNS].round(3)
         table["why"] = table["why"].fillna("").str.slice(0, 50)
         print(table.to_string(index=False))

@@ -30,6 +30,7 @@ from lab.crossover.fit import (
 )
 from lab.crossover.measure import SLOW_MARK, ProgressFn, make_bench, measure_rung
 from lab.crossover.reference import compare as compare_with_plain
+from lab.goals import map_row_ceiling
 from lab.measure import ContentionMeter, card_summary, environment_stamp, limit_sentence, load_card
 from lab.precision import capability
 from lab.workloads import SCALE_NAMES, get_workload
@@ -102,6 +103,20 @@ def cite_machine_card(the_map: dict[str, Any]) -> None:
             row["why"] = f"{row['why']}; card: {limit}" if row.get("why") else f"card: {limit}"
 
 
+def attach_ceilings(the_map: dict[str, Any], card: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Give every row its ceiling and the share of it measured (:func:`lab.goals.map_row_ceiling`):
+    ``ceiling``, ``ceiling_basis``, ``share_of_ceiling``, ``share_why``. The card is ``card``, else the one the map
+    cited, else its environment stamp's; none: each row says "no card" rather than a guessed ceiling. A map
+    row times a step whole, so a precision's ceiling is its GEMM ratio alone and a loader or a fused optimizer
+    (which act on one phase) have none here. Pure over the stored rows: a committed map gains them when read.
+    Returns the map (mutated)."""
+    card = card or the_map.get("machine_card") or (the_map.get("env") or {}).get("machine_card")
+    threads = the_map.get("threads") or (the_map.get("env") or {}).get("torch_threads") or 1
+    for row in the_map["rows"]:
+        row.update(map_row_ceiling(row, card, threads))
+    return the_map
+
+
 def emulated_skips(techniques: Sequence[str], device: str = "cpu") -> dict[tuple[str, str], str]:
     """(technique, axis) -> why not to time it, for each low precision this machine runs emulated
     (:func:`lab.precision.capability`): an emulated dtype is a reference path at 0.02-0.45x fp32 (bf16 on an
@@ -166,6 +181,7 @@ def build_map(workloads: Sequence[str], techniques: Sequence[str], *, quick: boo
     out = analyse(rows, facts)
     out["reference"] = reference
     cite_machine_card(out)
+    attach_ceilings(out, (env or {}).get("machine_card"))
     out["skipped_emulated"] = sorted({t for t, _ in emulated})
     out.update({"env": env, "benchmark": "crossover", "quick": quick, "threads": threads,
                 "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -1,8 +1,10 @@
 """The map's headline: the figures ``python -m lab bench`` reports, and the crossovers as sentences.
 
 Goals hold at the largest *dense* rung, the ``mlp`` ladder's (the plain-PyTorch MLP the targets
-were measured on): bf16 training step >= 1.8x, dynamic int8 inference >= 2.5x, half-width channel pruning
->= 0.75 x its MACs ratio; the lab's figure there must agree with plain PyTorch's at the same size (95 %
+were measured on), each a share of its ceiling on the machine that measured it (:mod:`lab.goals`): bf16 training
+step and dynamic int8 inference >= 50 % of the card's bf16 / int8 over fp32 GEMM ratio (once >= 1.8x and >= 2.5x,
+constants of one CPU), half-width channel pruning >= 0.75 x its MACs ratio; every top-rung figure's note says its
+share of its ceiling; the lab's figure there must agree with plain PyTorch's at the same size (95 %
 intervals overlap, :mod:`.reference`); and the predicted crossover within one rung of the measured one for
 >= 75 % of the workload x technique x axis pairs. Other workloads' figures are reported without a goal.
 """
@@ -17,10 +19,12 @@ from typing import Any
 
 from lab.crossover.mapping import agreement
 from lab.crossover.names import in_current_names
+from lab.goals import gemm_goal, map_row_ceiling
 from lab.result import to_jsonable
 
 GOAL_WORKLOAD = "mlp"
-TARGETS = {("bf16", "train_step"): 1.8, ("int8_eager", "inference"): 2.5}
+#: Technique x axis held against the card's GEMM ratio of this dtype at the dense ladder's top rung.
+GEMM_GOALS = {("bf16", "train_step"): "bf16", ("int8_eager", "inference"): "int8"}
 PRUNE_SHARE_OF_MACS_RATIO = 0.75
 AGREEMENT_GOAL = 0.75
 #: An ``auto`` row reaches at least this share of its best candidate's speedup at the top rung.
@@ -59,13 +63,16 @@ def figures(the_map: dict[str, Any]) -> list[dict[str, Any]]:
                    goal=f">= {AGREEMENT_GOAL:.0%}", met=(ok / n >= AGREEMENT_GOAL) if n else None,
                    note=f"{ok} of {n} workload x technique x axis pairs")]
     pairs = sorted({(r["workload"], r["technique"], r["axis"]) for r in rows})
+    card = the_map.get("machine_card") or (the_map.get("env") or {}).get("machine_card")
+    threads = the_map.get("threads") or 1
     for wl, tech, axis in pairs:
         r = _largest(rows, wl, tech, axis)
         if r is None:
             continue
         goal, met = None, None
-        if wl == GOAL_WORKLOAD and (tech, axis) in TARGETS:
-            goal, met = f">= {TARGETS[(tech, axis)]:g}x", r["speedup"] >= TARGETS[(tech, axis)]
+        if wl == GOAL_WORKLOAD and (tech, axis) in GEMM_GOALS:
+            got = gemm_goal(r["speedup"], card, GEMM_GOALS[(tech, axis)], threads)
+            goal, met = got["goal"], got["met"]
         match = _MACS_RATIO.search(r.get("why") or "")
         if wl == GOAL_WORKLOAD and tech == "prune_channels50" and match:
             need = PRUNE_SHARE_OF_MACS_RATIO * float(match.group(1))
@@ -75,8 +82,17 @@ def figures(the_map: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(_figure(f"{wl} {r['rung']} ({r['params'] / 1e6:.2g} M params) {tech} {axis.replace('_', ' ')}",
                            r["speedup"], ci=[r["ci_lo"], r["ci_hi"]], goal=goal, met=met,
                            note=(r.get("regime") or "") + (f"; base {r['base_ms']:.3g} ms" if r["base_ms"] else "")
+                           + ceiling_note(r if "ceiling" in r else {**r, **map_row_ceiling(r, card, threads)})
                            + (stack_note(rows, r) if tech == STACK else "")))
     return out + auto_share_figures(rows) + int8_size_figures(rows) + reference_figures(the_map.get("reference") or [])
+
+
+def ceiling_note(r: dict[str, Any]) -> str:
+    """``"; 48 % of its ceiling 4.39x (card: bf16 GEMM peak 4.39x fp32 ...): why"``, or where it has none, why."""
+    if r.get("share_of_ceiling") is not None:
+        return (f"; {100 * r['share_of_ceiling']:.0f} % of its ceiling {r['ceiling']:.2f}x ({r['ceiling_basis']})"
+                + (f": {r['share_why']}" if r.get("share_why") else ""))
+    return f"; no ceiling: {r['ceiling_basis']}" if r.get("ceiling_basis") else ""
 
 
 def stack_note(rows: list[dict[str, Any]], r: dict[str, Any]) -> str:
@@ -261,6 +277,19 @@ def load_maps(results_root: str | Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _share_cell(the_map: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """``"; 73 % of its ceiling"`` (the median over ``rows`` of the share of each one's ceiling on this map's
+    card), ``"; no card"`` where the map has none and the technique's ceiling needs one, else empty."""
+    card = the_map.get("machine_card") or (the_map.get("env") or {}).get("machine_card")
+    got = [map_row_ceiling(r, card, the_map.get("threads") or 1) for r in rows]
+    shares = sorted(g["share_of_ceiling"] for g in got if g["share_of_ceiling"] is not None)
+    if shares:
+        n = len(shares)
+        mid = shares[n // 2] if n % 2 else (shares[n // 2 - 1] + shares[n // 2]) / 2
+        return f"; {100 * mid:.0f} % of its ceiling"
+    return "; no card" if any(g["ceiling_basis"] == "no card" for g in got) else ""
+
+
 def cross_hardware_table(maps: list[tuple[str, dict[str, Any]]]) -> str:
     """Technique x machine: per technique x axis and machine, the speedup at each workload's largest rung that
     every machine measured (the same model and batch), as the median over workloads with its range, and how
@@ -287,12 +316,16 @@ def cross_hardware_table(maps: list[tuple[str, dict[str, Any]]]) -> str:
             vals = sorted(r["speedup"] for r in got)
             mid = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
             pays = sum(1 for r in got if r["ci_lo"] is not None and r["ci_lo"] > 1)
-            cells.append(f"{mid:.2f}× ({vals[0]:.2f}–{vals[-1]:.2f}); pays on {pays} of {len(got)}")
+            cells.append(f"{mid:.2f}× ({vals[0]:.2f}–{vals[-1]:.2f}); pays on {pays} of {len(got)}"
+                         + _share_cell(m, got))
         lines.append(f"| {tech} | {axis.replace('_', ' ')} | " + " | ".join(cells) + " |")
     rungs = ", ".join(f"{w} {r}" for w, r in sorted(top.items()))
     lines += ["", f"Median speedup over the workloads at the largest rung every machine measured ({rungs}), "
-                  "its range, and on how many of them the 95 % CI is above 1. Each column is that machine's own "
-                  "map (1 thread); a quick map has fewer techniques and rounds."]
+                  "its range, on how many of them the 95 % CI is above 1, and the median share of its ceiling on that "
+                  "machine's card (GEMM ratio for a precision; for int8 over the share of MACs in int8 where the row "
+                  "says it; MACs ratio for channel pruning; `no card`: the "
+                  "map predates the card). Each column is that machine's own map (1 thread); a quick map has fewer "
+                  "techniques and rounds."]
     return "\n".join(lines)
 
 

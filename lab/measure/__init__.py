@@ -8,7 +8,8 @@ record stamped with the hardware it ran on (:mod:`.env`). Taught in ``notebooks/
 Units are in the names: ``*_ms`` milliseconds, ``*_mb`` mebibytes (2**20 bytes), ``*_bytes`` bytes.
 """
 
-from lab.measure import contention, cpu, env, machine, memory, model, stats, timing, utilisation
+from lab.measure import ceiling, contention, cpu, env, machine, memory, model, stats, timing, utilisation
+from lab.measure.ceiling import *  # noqa: F403 - the names in its __all__
 from lab.measure.contention import *  # noqa: F403 - the names in its __all__
 from lab.measure.cpu import *  # noqa: F403 - the names in its __all__
 from lab.measure.env import *  # noqa: F403 - the names in its __all__
@@ -19,8 +20,8 @@ from lab.measure.stats import *  # noqa: F403 - the names in its __all__
 from lab.measure.timing import *  # noqa: F403 - the names in its __all__
 from lab.measure.utilisation import *  # noqa: F403 - the names in its __all__
 
-__all__ = [*contention.__all__, *cpu.__all__, *env.__all__, *machine.__all__, *memory.__all__, *model.__all__,
-           *stats.__all__, *timing.__all__, *utilisation.__all__]
+__all__ = [*ceiling.__all__, *contention.__all__, *cpu.__all__, *env.__all__, *machine.__all__, *memory.__all__,
+           *model.__all__, *stats.__all__, *timing.__all__, *utilisation.__all__]
 
 
 

@@ -20,10 +20,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lab.bench import FAMILY_ORDER, REPORT_JSON
+from lab.bench import FAMILY_ORDER, REPORT_JSON, ceiling_cell
 
 MET_COLORS = {"met": "#2ca02c", "met, point only": "#ff7f0e", "not met": "#d62728", "no goal": "#7f7f7f"}
-TABLE_COLUMNS = ["hardware", "family", "figure", "measured", "unit", "CI", "goal", "met", "reproduced", "note"]
+TABLE_COLUMNS = ["hardware", "family", "figure", "measured", "unit", "CI", "goal", "met", "of ceiling", "reproduced",
+                 "note"]
 
 
 def _finite(x: Any) -> bool:
@@ -130,7 +131,7 @@ def report_table(df: pd.DataFrame) -> pd.DataFrame:
                     "measured": float(r["value"]) if _finite(r.get("value")) else math.nan,
                     "unit": _text(r.get("unit")),
                     "CI": f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "", "goal": _text(r.get("goal")),
-                    "met": "" if _met(r) == "no goal" else _met(r),
+                    "met": "" if _met(r) == "no goal" else _met(r), "of ceiling": ceiling_cell(r),
                     "reproduced": _reproduced(r), "note": _text(r.get("note"))})
     return pd.DataFrame(out, columns=TABLE_COLUMNS)
 

@@ -219,6 +219,7 @@ def test_ablate_cli_prints_the_table_and_refuses_bad_input_in_one_line(toy_workl
     assert "baseline" in out and "bf16" in out and "verdict (train, within 1): n = 1: no interval, no verdict" in out
     assert "recommendation: No recommendation yet: n = 1: no interval" in out  # the card's words: a preview crowns none
     assert "the code:" not in out
+    assert "of_ceiling" in out  # each arm's share of its ceiling (blank where this machine has no card)
     assert main(["ablate", "--recipe", "nope"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("lab: error: recipe='nope' is invalid") and "\n" not in err

@@ -9,6 +9,8 @@ from torch import nn
 
 from lab.cli import main
 from lab.crossover import ROW_KEYS, build_map, check_schema, describe, family_of, place_workload
+from lab.crossover.mapping import attach_ceilings
+from lab.measure import CEILING_KEYS
 
 
 def test_a_tiny_real_map_has_the_schema_and_one_row_per_rung_technique_axis(cpu_caps) -> None:
@@ -19,7 +21,10 @@ def test_a_tiny_real_map_has_the_schema_and_one_row_per_rung_technique_axis(cpu_
     check_schema(the_map)
     assert the_map["env"]["hardware_id"] and the_map["env"]["torch_threads"] == 1
     assert len(the_map["rows"]) == 2 * 3  # 2 rungs x (bf16 train, bf16 inference, static int8 inference)
-    assert all(set(r) == set(ROW_KEYS) for r in the_map["rows"])
+    assert all(set(r) == set(ROW_KEYS) | set(CEILING_KEYS) for r in the_map["rows"])  # each beside its ceiling
+    planted = {"peaks": {"gemm_gflops": {"fp32": {"1": 50.0}, "bf16": {"1": 100.0}, "int8": {"1": 200.0}}}}
+    shares = [r["share_of_ceiling"] for r in attach_ceilings(the_map, planted)["rows"] if r["speedup"] is not None]
+    assert any(shares) and all(s is None or s > 0 for s in shares)  # int8 is measured on every machine
     seen = the_map["contention"]  # whether the machine was busy while the map was timed, said in its headline
     assert seen["cores"] >= 1 and seen["wall_s"] > 0 and (seen["busy"] == bool(seen["sentence"]))
     from lab.crossover import headline_lines
