@@ -89,8 +89,11 @@ def render() -> None:
     workload, size, threads, techs = _choose(job)
     if st.session_state.get(LANE.note):
         st.info(st.session_state[LANE.note])
-    if st.button("Profile and predict", key="doctor_run", disabled=running or not techs,
-                 help="disabled while a diagnosis runs" if running else None) and not running:
+    b1, b2 = st.columns(2)
+    if running and b2.button("Cancel", key="doctor_cancel", help="stops before the next stage or training step"):
+        jobs.request_cancel(store, job["key"])
+    if b1.button("Profile and predict", key="doctor_run", disabled=running or not techs,
+                 help="disabled while a diagnosis runs: cancel it, or wait" if running else None) and not running:
         try:
             key, job_spec = diagnose_spec(RunConfig(workload=workload, size=size, threads=threads), techs)
         except ValueError as exc:
@@ -142,8 +145,11 @@ def _verification(store: ResultStore, d: StoredDiagnosis) -> None:
     k = st.number_input("verify the top K", min_value=1, max_value=len(d.predictions),
                         value=min(3, len(d.predictions)), key="doctor_k")
     repeats = st.number_input("repeats per arm", min_value=1, max_value=10, value=3, key="doctor_repeats")
-    if st.button("Verify", key="doctor_verify", disabled=running,
-                 help="disabled while a verification runs" if running else None) and not running:
+    b1, b2 = st.columns(2)
+    if running and b2.button("Cancel", key="doctor_verify_cancel", help="stops before the next training step"):
+        jobs.request_cancel(store, job["key"])
+    if b1.button("Verify", key="doctor_verify", disabled=running,
+                 help="disabled while a verification runs: cancel it, or wait" if running else None) and not running:
         try:
             key, spec = verify_spec(d, int(k), int(repeats))
         except ValueError as exc:

@@ -1,7 +1,8 @@
 """The Doctor page driven headless through Streamlit's AppTest: it starts with instructions; **Profile and predict**
 and **Verify** start doctor jobs (``lab.doctor.jobs``) through the page lifecycle, and the page draws the stored
 diagnosis (breakdown chart, humanised table) and the verification; a reload draws them again from the store; a
-reload during a diagnosis re-attaches to it with its stage, and a click drawn before it started joins it.
+reload during a diagnosis re-attaches to it with its stage (Cancel asks it to stop), and a click drawn before it
+started joins it.
 
 The worker is run in this process (``_lifecycle.start_worker`` replaced by a call of ``lab.doctor.jobs.run_job``,
 what the worker process calls): no process is spawned, the job row and the store are the real ones."""
@@ -113,5 +114,7 @@ def test_a_reload_reattaches_to_a_running_diagnosis_and_a_second_click_joins_it(
     assert launched == []
     assert any("Re-attached" in i.value or "Joined the run in progress" in i.value for i in before.info)
     assert before.button(key="doctor_run").disabled
+    reloaded.button(key="doctor_cancel").click().run()  # the worker stops before its next stage
     with ResultStore(private_store) as store:
         assert [j["key"] for j in jobs.recent_jobs(store, doctor_jobs.DIAGNOSE)] == [key]
+        assert jobs.job(store, key)["cancel"]
