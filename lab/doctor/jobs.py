@@ -79,9 +79,9 @@ class _Track:
         hb.state = {"started_at": time.time(), "published_at": time.time()}
 
     def stage(self, name: str, message: str) -> None:
-        self.hb.check()  # Cancel: stop before the next stage
         self.hb.state = {**self.hb.state, "stage": name, "arm": message, "published_at": time.time()}
-        self.hb.write()
+        self.hb.write()  # reads the Cancel flag too: a Cancel pressed during the last stage stops this one
+        self.hb.check()
 
     def step(self, event: dict[str, Any]) -> None:
         if "step" in event:

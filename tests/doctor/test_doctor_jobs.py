@@ -100,3 +100,31 @@ def test_progress_lines_of_each_stage():
     assert text == "verifying: run 5/9, arm **bf16** (repeat 2/3), step 5/10; elapsed 1:05, about 0:25 left"
     between = line({"stage": "verify", "ended": "bf16", "done": 4, "total": 9, "eta_s": 30.0, "published_at": 160.0})
     assert between == (4 / 9, "verifying: run 5/9: building it (run 4, bf16, ended); elapsed 1:05, about 0:25 left")
+
+
+def test_cancel_stops_a_diagnosis_at_its_next_stage_and_stores_nothing(private_store):
+    key, spec = doctor_jobs.diagnose_spec(RunConfig(workload="ctr", size="tiny", threads=1), TECHS)
+    reached = []
+    with ResultStore(private_store) as store:
+        def cancelled_midway(cfg, *, stage, progress, **kw):  # Cancel pressed while it profiles
+            stage("profile", "the baseline")
+            jobs.request_cancel(store, key)
+            reached.append("profiled")
+            stage("calibrate", "the fused optimizer step")
+            reached.append("calibrated")
+
+        with pytest.raises(jobs.Cancelled):
+            doctor_jobs.run_diagnosis(store, key, spec=spec, diagnose_fn=cancelled_midway)
+        assert reached == ["profiled"] and jobs.job(store, key)["status"] == "cancelled"
+        assert diagnosis_by_id(store, 1) is None
+
+
+def test_the_doctor_worker_ends_a_job_it_cannot_run_with_its_reason(private_store):
+    with ResultStore(private_store) as store:
+        token = jobs.claim(store, "verify@ctr/tiny/t1", spec={"kind": doctor_jobs.VERIFY, "diagnosis": 7, "k": 1})
+    argv = ["--store", str(private_store), "--key", "verify@ctr/tiny/t1"]
+    assert doctor_jobs.main([*argv, "--token", "nope"]) == 2  # not the launcher's token: refused, untouched
+    assert doctor_jobs.main([*argv, "--token", token]) == 1
+    with ResultStore(private_store) as store:
+        row = jobs.job(store, "verify@ctr/tiny/t1")
+    assert row["status"] == "error" and "diagnosis 7 is not in" in row["state"]["error"]
