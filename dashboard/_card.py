@@ -1,7 +1,8 @@
 """The recommendation card above the tabs: one answer for the sidebar's workload and size on this machine,
 built by :func:`lab.doctor.recommendation.card_from_store` (the last finished ablation of that workload and size,
-and the Doctor tab's diagnosis when it is of the same workload and size), the same object ``python -m lab
-recommend`` prints. It ends in code: the pick's plain-PyTorch file (:mod:`lab.portable`), to download.
+and the newest diagnosis stored for them on this machine: the Doctor tab's job stores its own there), the same
+object ``python -m lab recommend`` prints. It ends in code: the pick's plain-PyTorch file (:mod:`lab.portable`), to
+download.
 
 Thin on purpose: the rule lives in ``lab``; this draws its lines. Drawn once per rerun by ``app.py`` before the
 tabs, and kept in the session (:func:`current`), so the Doctor tab says the same thing the card says."""
@@ -17,11 +18,6 @@ from lab.doctor.recommendation import Recommendation, card_from_store
 from lab.portable import from_techniques
 
 _STATE = "_recommendation_card"
-
-
-def _diagnosis_for(c: _sidebar.Choices):  # noqa: ANN202 - a lab.doctor.Diagnosis or None
-    d = st.session_state.get("doctor_diagnosis")
-    return d if d is not None and (d.cfg.workload, d.cfg.size) == (c.workload, c.size) else None
 
 
 def _recipe_download(card: Recommendation) -> None:
@@ -56,7 +52,7 @@ def _bullets(lines: list[str]) -> str:
 def draw(c: _sidebar.Choices) -> Recommendation | None:
     """The card for the sidebar's choices (None, with a one-line warning, when it cannot be built)."""
     try:
-        card = card_from_store(_shared.store(), c.workload, c.size, _diagnosis_for(c), speed=c.speed,
+        card = card_from_store(_shared.store(), c.workload, c.size, None, speed=c.speed,
                                budget_pt=c.budget_pt)
     except ValueError as exc:
         st.warning(f"No recommendation: {exc}")

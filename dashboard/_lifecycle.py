@@ -1,7 +1,8 @@
 """A long job's lifecycle on a page: claim its lock in the store, start the background worker
-(:mod:`lab.ablation.worker`), re-attach after a reload, show progress, cancel. The Ablation tab runs
-ablations through it and the Data-loading tab its measurements (a batch of runs, one per loader): neither
-trains in the Streamlit script.
+(:mod:`lab.ablation.worker`, or :mod:`lab.doctor.jobs` for the doctor's), re-attach after a reload, show
+progress, cancel. The Ablation tab runs ablations through it, the Data-loading tab its measurements (a batch of
+runs, one per loader), the Machine tab its card and the Doctor tab its diagnosis and verification: none trains
+in the Streamlit script.
 
 Why the store and not ``st.session_state``: a reload is a new session and a double click is two reruns;
 only the store (:mod:`lab.ablation.jobs`) is shared by all of them and by the worker process, so it is the
@@ -24,13 +25,14 @@ from lab.ablation import jobs, load_ablation, summarize
 from lab.ablation.runner import from_spec
 from lab.ablation.worker import BATCH, MACHINE, log_path
 from lab.ablation.worker import start as start_worker
+from lab.doctor import jobs as doctor_jobs
 
 #: Seconds between progress refreshes while a job runs.
 REFRESH_S = 1.0
 
 
-#: The key prefix of the Doctor tab's verification (an interleaved ablation it runs in the script): stored as an
-#: ablation, shown on the Doctor tab, never re-attached as the Ablation tab's "last ablation" after a reload.
+#: The key prefix of the doctor's verification ablation (run inside a verification job, :mod:`lab.doctor.jobs`):
+#: stored as an ablation, shown on the Doctor tab, never re-attached by the Ablation tab (running or last).
 VERIFY_PREFIX = "doctor@"
 
 
@@ -43,6 +45,7 @@ class Lane:
     prefix: str
     noun: str
     button: str  # what starts one
+    worker: str = "lab.ablation.worker"  # the ``python -m`` module that runs the lane's jobs
 
     @property
     def key(self) -> str:
@@ -56,6 +59,10 @@ class Lane:
 ABLATION = Lane(jobs.ABLATION, "job_", "ablation", "Run")
 DATA = Lane(BATCH, "dl_job_", "data-loading measurement", "Measure loaders")
 MACHINE_CARD = Lane(MACHINE, "mc_job_", "machine measurement", "Measure")
+DOCTOR = Lane(doctor_jobs.DIAGNOSE, "doc_job_", "diagnosis", "Profile and predict", doctor_jobs.WORKER)
+VERIFY = Lane(doctor_jobs.VERIFY, "ver_job_", "verification", "Verify", doctor_jobs.WORKER)
+#: Job kinds whose progress :mod:`lab.doctor.jobs` words (stages, not an ablation's runs).
+_DOCTOR_KINDS = (doctor_jobs.DIAGNOSE, doctor_jobs.VERIFY)
 
 
 def _clock(seconds: float | None) -> str:
@@ -73,7 +80,7 @@ def attached_job(store: ResultStore, lane: Lane = ABLATION) -> dict[str, Any] | 
         found = jobs.job(store, key)
         if found is not None and found["kind"] == lane.kind:
             return found
-    live = jobs.live_jobs(store, lane.kind)
+    live = [j for j in jobs.live_jobs(store, lane.kind) if not j["key"].startswith(VERIFY_PREFIX)]
     if live:
         st.session_state[lane.key] = live[0]["key"]
         st.session_state[lane.note] = (f"Re-attached to the {lane.noun} that is running (started before this "
@@ -97,7 +104,7 @@ def start_or_join(store: ResultStore, key: str, spec: dict[str, Any], lane: Lane
         st.session_state[lane.note] = f"Joined the run in progress: {exc}."
         return
     try:
-        start_worker(store.path, key, token)
+        start_worker(store.path, key, token, module=lane.worker)
     except OSError as exc:
         jobs.finish(store, key, token, "error", {"error": f"the worker could not start: {exc}"})
     st.session_state[lane.note] = None
@@ -109,6 +116,9 @@ def progress_line(job: dict[str, Any]) -> tuple[float, str]:
     now = time.time()
     since = now - s.get("published_at", now)  # the state is as of its last step; the clock runs on
     total, done = s.get("total") or 0, s.get("done") or 0
+    if job.get("kind") in _DOCTOR_KINDS:  # profile, calibrate, predict; a verification's runs
+        frac, text = doctor_jobs.progress(job, now)
+        return frac, f"{text}; heartbeat {job['age_s']:.0f} s ago"
     if not s.get("arm"):
         return 0.0, f"starting the worker (importing torch, building data); heartbeat {job['age_s']:.0f} s ago"
     if job.get("kind") == MACHINE:  # stages, not runs: the fraction is the time spent of the estimate
@@ -138,40 +148,11 @@ def worker_line(job: dict[str, Any], noun: str) -> str:
     else:
         who = "starting: its pid shows once it has taken the job over"
     log = log_path(_shared.store().path, job["token"])
-    kept = "the card is cached when it ends" if job.get("kind") == MACHINE else "finished runs are stored as they end"
+    kept = {MACHINE: "the card is cached when it ends", doctor_jobs.DIAGNOSE: "the diagnosis is stored when it ends",
+            doctor_jobs.VERIFY: "its runs are stored as they end"}.get(job.get("kind"),
+                                                                       "finished runs are stored as they end")
     return (f"The {noun} `{job['key']}` runs in a background worker ({who}; its log: `{log}`): reloading this page "
             f"re-attaches to it; {kept}.")
-
-
-def inline_progress(store: ResultStore, prefix: str, label: str) -> Callable[[dict[str, Any]], None]:
-    """A ``progress`` callback for an ablation that runs inside the script (the doctor's Verify): it draws
-    the Ablation tab's progress line (run i/n, arm, repeat, step, time left), read from the job row the
-    ablation keeps in the store under a key starting with ``prefix``, instead of a bare spinner. Redrawn
-    at most twice a second, and after each run."""
-    bar, line = st.progress(0.0, text=label), st.empty()
-    last, seen = [0.0], {}  # seen: what the events said, newer than the row (written once a second)
-
-    def update(event: dict[str, Any]) -> None:
-        ended = event.get("phase") == "ablation"
-        if ended:
-            seen.update(done=event["done"], total=event["total"], arm=event["arm"], step=0, total_steps=None)
-        elif event.get("phase") == "run":
-            inner = event.get("event") or {}
-            seen["arm"] = event.get("arm")
-            if "step" in inner:
-                seen.update(step=inner["step"], total_steps=inner.get("total_steps"))
-        if not ended and time.monotonic() - last[0] < 0.5:
-            return
-        last[0] = time.monotonic()
-        live = [j for j in jobs.live_jobs(store, jobs.ABLATION) if j["key"].startswith(prefix)]
-        if not live:
-            return
-        job = {**live[0], "state": {**live[0]["state"], **seen}}
-        frac, text = progress_line(job)
-        bar.progress(frac, text=label)
-        line.markdown(text)
-
-    return update
 
 
 @st.fragment(run_every=REFRESH_S)
@@ -196,6 +177,8 @@ def ended_badly(job: dict[str, Any], noun: str) -> None:
     of its worker's log when it died without a word)."""
     if job["status"] == "cancelled" and job.get("kind") == MACHINE:
         st.warning("The machine measurement was cancelled: the card below (if any) is the one cached before it.")
+    elif job["status"] == "cancelled" and job.get("kind") in _DOCTOR_KINDS:
+        st.warning(f"The {noun} was cancelled: showing the last one that ended.")
     elif job["status"] == "cancelled":
         st.warning(f"Cancelled after {job['state'].get('done', 0)} of {job['state'].get('total', '?')} runs: "
                    "showing the finished ones" + (" (Run resumes from them)." if noun == "ablation" else "."))

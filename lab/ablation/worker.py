@@ -54,15 +54,17 @@ def log_path(store_path: str | os.PathLike[str], token: str) -> Path:
     return folder / f"worker-{token[:12]}.log"
 
 
-def start(store_path: str | os.PathLike[str], key: str, token: str) -> subprocess.Popen:
+def start(store_path: str | os.PathLike[str], key: str, token: str,
+          module: str = "lab.ablation.worker") -> subprocess.Popen:
     """Launch the worker for a claimed job (the caller holds ``token``) in its own session, so it
-    outlives a script rerun; its stderr goes to :func:`log_path`."""
+    outlives a script rerun; its stderr goes to :func:`log_path`. ``module``: the ``python -m`` entry that runs
+    the job's kind (a job of a layer above this one, the doctor's, has its own: :mod:`lab.doctor.jobs`)."""
     log = log_path(store_path, token)
     log.parent.mkdir(parents=True, exist_ok=True)
     root = str(Path(__file__).resolve().parents[2])  # the checkout (or site-packages) that holds ``lab``
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     with open(log, "wb") as err:
-        return subprocess.Popen([sys.executable, "-m", "lab.ablation.worker", "--store", str(store_path),
+        return subprocess.Popen([sys.executable, "-m", module, "--store", str(store_path),
                                  "--key", key, "--token", token], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
 

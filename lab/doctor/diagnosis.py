@@ -15,7 +15,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,15 @@ from lab.train import check, run
 
 #: What ``diagnose(measure=...)`` can time on the model itself when the user accepts the cost.
 MEASURABLE = ("compile",)
+
+#: ``stage(name, message)``: where a diagnosis stands, said as each stage starts (``"calibrate"``, "bf16 and fp16
+#: GEMMs at this model's shapes"; ``"predict"``, "bf16 (3/9)"), so a background job can show it
+#: (:mod:`lab.doctor.jobs`).
+StageFn = Callable[[str, str], None]
+
+
+def _quiet(name: str, message: str) -> None:
+    """No one listens to the stages (the CLI, a notebook)."""
 
 
 @dataclass
@@ -84,6 +93,7 @@ class Diagnosis:
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.cfg.workload, "size": self.cfg.size, "hardware_id": self.hardware_id,
+                "config": self.cfg.to_dict(),  # what a stored diagnosis is verified against (lab.doctor.jobs)
                 "baseline_run_id": self.baseline.run_id, "train": self.train.to_dict(),
                 "inference": self.infer.to_dict() if self.infer else None, "rate_source": self.rate_source,
                 "predictions": [p.to_dict() for p in self.predictions], "skipped": dict(self.skipped),
@@ -121,12 +131,16 @@ def gate(tech: Option, cfg: RunConfig) -> str | None:
     return None
 
 
-def calibrate(cfg: RunConfig, techniques: Sequence[Option], measure: Sequence[str] = ()) -> Rates:
+def calibrate(cfg: RunConfig, techniques: Sequence[Option], measure: Sequence[str] = (),
+              stage: StageFn | None = None) -> Rates:
     """The on-the-spot rates the allowed ``techniques`` need, at this model's shapes and the run's threads;
-    ``measure``: the whole-model measurements the user pays for (``"compile"``: this model compiled)."""
+    ``measure``: the whole-model measurements the user pays for (``"compile"``: this model compiled). ``stage``
+    hears each measurement as it starts (``("calibrate", what)``)."""
     wanted = {k: v for t in techniques for k, v in t.overrides.items()}
     out = Rates()
+    say = (lambda what: stage("calibrate", what)) if stage is not None else (lambda what: None)
     with prepare(cfg) as ctx:
+        say("building the model and one batch")
         model = ctx.new_model()
         batch = to_device(tuple(next(iter(ctx.make_loader()))), ctx.device)
         inputs = tuple(batch[:-1])
@@ -136,33 +150,41 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Option], measure: Sequence[st
         dtypes = sorted({t.overrides["precision.dtype"] for t in techniques
                          if t.overrides.get("precision.dtype") in ("bf16", "fp16")})
         if dtypes:
+            say(f"{' and '.join(dtypes)} GEMMs at this model's shapes, then its forward + backward")
             out.precision = rates_.precision_rates(shapes, dtypes)
             out.model_precision = model_rates.model_precision_rates(
                 model, inputs, batch[-1], ctx.workload.loss, dtypes, device_type=ctx.device.type,
                 fp32_modules=cfg.precision.fp32_modules)
         if "fp16" in dtypes:
+            say("fp16's gradient scaler")
             out.grad_scaler = rates_.grad_scaler_rate(model, cfg.optimizer, ctx.resolved.lr)
         if wanted.get("compute.fused_optimizer"):
+            say("the fused optimizer step")
             out.fused_optimizer = rates_.optimizer_rate(model, cfg.optimizer, ctx.resolved.lr)
         if "quant.method" in wanted:
             rows = min(cfg.eval_batch_size, len(ctx.data.test[0]))
+            say("dynamic int8 matmuls")
             out.dynamic_int8 = rates_.dynamic_int8_rate(shapes, rows)
         if wanted.get("compute.compile") and "compile" in measure:
+            say("this model compiled (seconds to a minute)")
             try:
                 out.model_compile, out.model_compile_s = model_rates.model_compile_rate(
                     model, inputs, batch[-1], ctx.workload.loss)
             except Exception:  # noqa: BLE001 - the model does not compile here: the chain / map / prior say so
                 out.model_compile = None
         if wanted.get("compute.compile") and out.model_compile is None:
+            say("what compile saves per op and costs per call")
             try:
                 out.compile = compile_cost(activation_shape(shapes.linear, len(batch[0])))
             except Exception:  # noqa: BLE001 - no compiler here: the prediction falls back to its prior and says so
                 out.compile = None
         if wanted.get("compute.fast_kernels") and ctx.workload.fast_kernels is not None:
+            say("the workload's fast kernels")
             fast = ctx.workload.fast_kernels(copy.deepcopy(model))
             out.fast_kernels = rates_.model_fwd_bwd_rate(model, fast, inputs, "the workload's fast kernels vs its "
                                                          "default forward + backward on one batch")
         if wanted.get("memory.checkpoint") == "blocks" and ctx.workload.model_blocks(model):
+            say("the model with its blocks checkpointed")
             twin, names = checkpointed_copy(model, ctx.workload.model_blocks)
             out.checkpoint = rates_.model_fwd_bwd_rate(model, twin, inputs, f"this model's forward + backward, "
                                                        f"plain vs its {len(names)} blocks checkpointed, one batch")
@@ -170,6 +192,8 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Option], measure: Sequence[st
             loader = t.overrides.get("data.loader")
             data = {k: v for k, v in t.overrides.items() if k.startswith("data.")}
             readers = int(data.get("data.prefetch_readers", 1))
+            if loader in ("thread", "dataloader"):
+                say(f"the {t.name} loader beside this model's step")
             if loader == "thread" and readers == 1:
                 out.thread_loader_ms = _loader_ms(cfg, data, model, inputs, batch[-1], ctx.workload.loss,
                                                   "a batch through the thread prefetcher")
@@ -181,6 +205,7 @@ def calibrate(cfg: RunConfig, techniques: Sequence[Option], measure: Sequence[st
                 n = int(data["data.num_workers"])
                 out.worker_loader_ms[n] = _loader_ms(cfg, data, model, inputs, batch[-1], ctx.workload.loss,
                                                      f"a batch from a DataLoader with {n} worker processes")
+        say("the fixed cost of one small op")
         with torch.no_grad():
             out.tiny_op_us = rates_.tiny_op_us()
     return out
@@ -214,11 +239,15 @@ def _crossover_rates(cmap: rates_.CrossoverMap, techniques: Sequence[Option], ma
 
 
 def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossover_root: Path | None = None,
-             progress: Any = None, calibration: Calibration | None = None, measure: Sequence[str] = ()) -> Diagnosis:
+             progress: Any = None, calibration: Calibration | None = None, measure: Sequence[str] = (),
+             stage: StageFn | None = None) -> Diagnosis:
     """Profile ``cfg`` once (``profile=True``), gather this machine's rates (the crossover map of its hardware
     id when there is one, else micro-benchmarks) and predict every allowed technique, ranked, each interval
     widened to the doctor's own error (``calibration``; default: :func:`load_calibration` of this machine).
-    ``measure=("compile",)``: time this model compiled too (seconds to a minute), which then wins over the map."""
+    ``measure=("compile",)``: time this model compiled too (seconds to a minute), which then wins over the map.
+    ``progress`` gets the profiled run's step events; ``stage`` hears each stage as it starts (``"profile"``,
+    ``"calibrate"`` with what it measures, ``"predict"`` with the technique and its number)."""
+    stage = stage or _quiet
     bad = [m for m in measure if m not in MEASURABLE]
     if bad:
         raise ValueError(f"measure={bad} is invalid: allowed: {', '.join(MEASURABLE)}")
@@ -235,6 +264,7 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
             skipped[n] = why
         else:
             allowed.append(OPTIONS[n])
+    stage("profile", "the baseline")
     result = run(base, progress=progress, on_error="record")
     if failed(result.status):
         raise ValueError(f"the profiled baseline failed: {result.error}")
@@ -252,7 +282,7 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     # the map's compile rate wins (as every map rate does), so the chain's two compiles are not paid for nothing
     # ... unless the user pays for the model's own compiled forward + backward, which wins over the map
     r = calibrate(cfg, [t for t in allowed if "compile" in measure
-                        or not (mapped and t.overrides.get("compute.compile"))], measure)
+                        or not (mapped and t.overrides.get("compute.compile"))], measure, stage)
     r.steps = result.steps
     r.macs_per_sample = float(result.macs_per_sample or 0.0)
     if cmap is not None:
@@ -265,7 +295,8 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     preds: list[Prediction] = []
     precision = [t for t in allowed if t.overrides.get("precision.dtype") in ("bf16", "fp16")]
     prec_preds = [p for t in precision if (p := predict_technique(t.name, t.overrides, t.axes, train, infer, r))]
-    for t in allowed:
+    for i, t in enumerate(allowed, 1):
+        stage("predict", f"{t.name} ({i}/{len(allowed)})")
         p = predict_technique(t.name, t.overrides, t.axes, train, infer, r, prec_preds)
         if p is None:
             skipped[t.name] = "no prediction model for what it changes"

@@ -3,7 +3,9 @@ it: the dashboard's Doctor tab lost its diagnosis on every reload, and ``python 
 one made by ``python -m lab doctor``. One row per diagnosis (its workload, size, machine and time, and its
 :meth:`~lab.doctor.diagnosis.Diagnosis.to_dict`); the recommendation card reads the newest of its workload and size
 measured on this machine (:func:`last_diagnosis`), as a :class:`StoredDiagnosis`: what the card needs, not the
-profiled run behind it."""
+profiled run behind it. The Doctor page's background job (:mod:`lab.doctor.jobs`) stores its diagnosis here too and
+keeps the row's id; the page reads it back whole (:func:`diagnosis_by_id`: breakdowns, skipped, advice, config) after
+a reload, and the verification job verifies it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lab.doctor.amdahl import Prediction
+from lab.doctor.risk import prescription
 
 if TYPE_CHECKING:
     from lab.doctor.diagnosis import Diagnosis
@@ -43,20 +46,34 @@ class StoredDiagnosis:
     rate_source: str
     predictions: list[Prediction] = field(default_factory=list)
     created: float = 0.0
+    #: the rest of :meth:`~lab.doctor.diagnosis.Diagnosis.to_dict`, read by :func:`diagnosis_by_id` (the page's
+    #: figures): the row's id, the breakdowns (``Breakdown.to_dict()``), what was left out and why, the advice, and
+    #: the run's config (``RunConfig.to_dict()``; None for a diagnosis stored before it was kept)
+    id: int | None = None
+    train: dict[str, Any] | None = None
+    inference: dict[str, Any] | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+    config: dict[str, Any] | None = None
+
+    def top(self, axis: str = "train_step") -> Prediction | None:
+        """The prescribed pick on ``axis`` (None: nothing pays beyond noise), as ``Diagnosis.top``."""
+        return prescription(self.predictions, axis)
 
     def age_text(self) -> str:
         minutes = max(0.0, time.time() - self.created) / 60
         return f"{minutes:.0f} min ago" if minutes < 120 else f"{minutes / 60:.0f} h ago"
 
 
-def save_diagnosis(store: ResultStore, d: Diagnosis) -> None:
-    """Keep ``d`` in ``store`` (its own table, created on first use)."""
+def save_diagnosis(store: ResultStore, d: Diagnosis) -> int:
+    """Keep ``d`` in ``store`` (its own table, created on first use); returns its row id."""
     row = (d.cfg.workload_spec or d.cfg.workload, d.cfg.size, d.hardware_id, d.cfg.threads, time.time(),
            json.dumps(d.to_dict(), default=str))
     with store.transaction() as conn:
         conn.execute(_SCHEMA)
-        conn.execute("INSERT INTO diagnoses (workload, size, hardware_id, threads, created, diagnosis_json) "
-                     "VALUES (?, ?, ?, ?, ?, ?)", row)
+        cur = conn.execute("INSERT INTO diagnoses (workload, size, hardware_id, threads, created, diagnosis_json) "
+                           "VALUES (?, ?, ?, ?, ?, ?)", row)
+        return int(cur.lastrowid)
 
 
 def keep(d: Diagnosis, store_path: str | None = None) -> str | None:
@@ -77,20 +94,37 @@ def _prediction(data: dict[str, Any]) -> Prediction:
     return Prediction(**{k: v for k, v in data.items() if k in known})
 
 
-def last_diagnosis(store: ResultStore, workload: str, size: str, hardware_id: str) -> StoredDiagnosis | None:
-    """The newest diagnosis of ``workload`` at ``size`` made on ``hardware_id`` (None: none stored)."""
-    try:
-        rows = store.query("SELECT threads, created, diagnosis_json FROM diagnoses WHERE workload = ? AND size = ? "
-                           "AND hardware_id = ? ORDER BY created DESC LIMIT 1", (workload, size, hardware_id))
-    except sqlite3.OperationalError:  # a store that never held a diagnosis
-        return None
-    if not rows:
-        return None
-    threads, created, text = rows[0]
+def _stored(row: tuple) -> StoredDiagnosis:
+    did, workload, size, hardware_id, threads, created, text = row
     data = json.loads(text)
     return StoredDiagnosis(cfg=StoredCfg(workload, size, threads), hardware_id=hardware_id,
                            rate_source=str(data.get("rate_source") or "stored"), created=float(created),
-                           predictions=[_prediction(p) for p in data.get("predictions") or []])
+                           predictions=[_prediction(p) for p in data.get("predictions") or []], id=int(did),
+                           train=data.get("train"), inference=data.get("inference"),
+                           skipped=dict(data.get("skipped") or {}), advice=list(data.get("advice") or []),
+                           config=data.get("config"))
 
 
-__all__ = ["StoredCfg", "StoredDiagnosis", "keep", "last_diagnosis", "save_diagnosis"]
+_FIELDS = "id, workload, size, hardware_id, threads, created, diagnosis_json"
+
+
+def diagnosis_by_id(store: ResultStore, diagnosis_id: int) -> StoredDiagnosis | None:
+    """The stored diagnosis with row id ``diagnosis_id`` (None: not in this store)."""
+    try:
+        rows = store.query(f"SELECT {_FIELDS} FROM diagnoses WHERE id = ?", (int(diagnosis_id),))
+    except sqlite3.OperationalError:  # a store that never held a diagnosis
+        return None
+    return _stored(rows[0]) if rows else None
+
+
+def last_diagnosis(store: ResultStore, workload: str, size: str, hardware_id: str) -> StoredDiagnosis | None:
+    """The newest diagnosis of ``workload`` at ``size`` made on ``hardware_id`` (None: none stored)."""
+    try:
+        rows = store.query(f"SELECT {_FIELDS} FROM diagnoses WHERE workload = ? AND size = ? AND hardware_id = ? "
+                           "ORDER BY created DESC LIMIT 1", (workload, size, hardware_id))
+    except sqlite3.OperationalError:  # a store that never held a diagnosis
+        return None
+    return _stored(rows[0]) if rows else None
+
+
+__all__ = ["StoredCfg", "StoredDiagnosis", "diagnosis_by_id", "keep", "last_diagnosis", "save_diagnosis"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.ablation import AA_ARM, run_ablation
+from lab.config import RunConfig
 from lab.doctor.diagnosis import Diagnosis
 from lab.doctor.predict import Prediction
 from lab.measure import median
@@ -127,23 +128,42 @@ def verify(d: Diagnosis, k: int, *, repeats: int = 3, store: ResultStore | None 
     """An interleaved ablation (:func:`lab.ablation.run_ablation`) of the baseline and the top ``k``
     predictions (or of ``techniques``), then :func:`compare`; appended to :func:`history_path` unless
     ``record`` is False."""
+    return verify_predictions(d.cfg, top_predictions(d.predictions, k, techniques), repeats=repeats, store=store,
+                              progress=progress, record=record, base_step_ms=d.train.step_ms,
+                              hardware_id=d.hardware_id, rate_source=d.rate_source)
+
+
+def top_predictions(predictions: Sequence[Prediction], k: int,
+                    techniques: Sequence[str] | None = None) -> list[Prediction]:
+    """The predictions a verification measures: the first ``k`` of the ranked ``predictions``, or those of
+    ``techniques``; a bad ``k`` or nothing to measure is a ``ValueError``."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"verify={k!r} is invalid: allowed: an int >= 1 (how many top predictions to measure)")
-    chosen = ([p for p in d.predictions if p.technique in techniques] if techniques is not None
-              else d.predictions[:k])
+    chosen = ([p for p in predictions if p.technique in techniques] if techniques is not None
+              else list(predictions[:k]))
     if not chosen:
         raise ValueError("nothing to verify: the doctor made no prediction")
-    base = dataclasses.replace(d.cfg, profile=False)
+    return chosen
+
+
+def verify_predictions(cfg: RunConfig, chosen: Sequence[Prediction], *, repeats: int = 3,
+                       store: ResultStore | None = None, progress: Any = None, record: bool = True,
+                       base_step_ms: float | None = None, hardware_id: str = "",
+                       rate_source: str = "") -> list[dict[str, Any]]:
+    """:func:`verify` from what a diagnosis keeps (its config, its ``chosen`` predictions, the profiled step,
+    its machine and rates' source), so a diagnosis read back from the store (:mod:`lab.doctor.stored`, a
+    background job's) is verified as one fresh from :func:`~lab.doctor.diagnosis.diagnose`."""
+    base = dataclasses.replace(cfg, profile=False)
     ablation = from_techniques("doctor", base, [[p.technique] for p in chosen])
     table = run_ablation(ablation, repeats=repeats, store=store, progress=progress)
-    rows = compare(chosen, table, base_step_ms=d.train.step_ms, step_ms=_arm_step_ms(ablation, repeats, store))
+    rows = compare(chosen, table, base_step_ms=base_step_ms, step_ms=_arm_step_ms(ablation, repeats, store))
     if record:
-        path = history_path(d.hardware_id)
+        path = history_path(hardware_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             for row in rows:
-                f.write(json.dumps({"at": utc_now_iso(), "workload": d.cfg.workload, "size": d.cfg.size,
-                                    "hardware_id": d.hardware_id, "rate_source": d.rate_source, **row}) + "\n")
+                f.write(json.dumps({"at": utc_now_iso(), "workload": cfg.workload, "size": cfg.size,
+                                    "hardware_id": hardware_id, "rate_source": rate_source, **row}) + "\n")
     return rows
 
 
@@ -189,6 +209,13 @@ def format_verification(rows: Sequence[dict[str, Any]]) -> str:
             m = f"{r['status']}: {r['arm_error'][:120]}"
         lines.append(f"{r['technique']:<17} {r['axis']:<10} {r['predicted']:.2f}x [{r['predicted_lo']:.2f}, "
                      f"{r['predicted_hi']:.2f}] {m:>22} {e:>7}")
+    return "\n".join(lines + summary_lines(rows))
+
+
+def summary_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """What a verification says beyond its rows: the median error, how many measured inside the predicted
+    interval, and whether the prescribed pick was the measured best (the dashboard prints them under its table)."""
+    lines = []
     acc = accuracy(rows)
     if acc["n"]:
         lines.append(f"median absolute error {100 * acc['median_abs_error']:.0f} % over {acc['n']}; measured inside "
@@ -199,8 +226,9 @@ def format_verification(rows: Sequence[dict[str, Any]]) -> str:
         what = f"the prescribed pick ({first['technique']})" if first else "the baseline (nothing was prescribed)"
         lines.append(f"{what} is the measured best (or within noise): {'yes' if hit else 'no'}"
                      + ("; it measured slower than the baseline" if slower(rows) else ""))
-    return "\n".join(lines)
+    return lines
 
 
 __all__ = ["MEASURED_COLUMN", "ZERO_WIDTH", "accuracy", "compare", "format_verification", "history_path",
-           "load_history", "picked", "slower", "top1_hit", "verify"]
+           "load_history", "picked", "slower", "summary_lines", "top1_hit", "top_predictions", "verify",
+           "verify_predictions"]
