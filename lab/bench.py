@@ -203,7 +203,8 @@ def ceiling_cell(row: dict[str, Any]) -> str:
     the JSON's ``share_why``), "no card" where the result has none, else empty."""
     share, ceiling = row.get("share_of_ceiling"), row.get("ceiling")
     if _finite(share):
-        why = (row.get("share_why") or "").split(":")[0]
+        why = row.get("share_why")  # a row read back through pandas holds NaN where the JSON had no why
+        why = why.split(":")[0] if isinstance(why, str) else ""
         return (f"{100 * share:.0f} %" + (f" of {ceiling:.3g}x" if _finite(ceiling) else "")
                 + (f" ({why})" if why else ""))
     if _finite(ceiling) and ceiling < 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from lab import bench as br
@@ -91,3 +92,15 @@ def test_the_report_counts_met_before_and_after_and_lists_the_retired(tmp_path):
     assert "## Goals from the machine" in md and "**2 of 3**" in md and "3 of 4 with the constants" in md
     assert "Retired constants" in md and "gradual - one-shot at 80 % (auc) (>= 1 pt)" in md
     assert "| 62 % of 4x |" in md and "met against `>= 2.5x` -> not met" in md
+
+
+def test_the_report_table_reads_rows_back_through_pandas_where_a_missing_why_is_nan():
+    """The dashboard's report table reads rows from a DataFrame: a share with no why there is NaN, not None (the
+    Performance report page raised on ``NaN.split``)."""
+    from lab.plots.report import report_table
+
+    row = {"hardware": "hw", "family": "precision", "name": "mlp xl bf16 train step", "value": 2.1, "unit": "x",
+           "share_of_ceiling": 0.9, "ceiling": 2.3, "share_why": None}
+    assert br.ceiling_cell({**row, "share_why": float("nan")}) == "90 % of 2.3x"
+    table = report_table(pd.DataFrame([row, {**row, "share_why": "overhead: small layers"}]))
+    assert list(table["of ceiling"]) == ["90 % of 2.3x", "90 % of 2.3x (overhead)"]
