@@ -261,7 +261,7 @@ def test_dashboard_page_offers_to_measure_then_shows_the_card(cache, monkeypatch
         machine.save_card(card)
         return card
 
-    def worker_inline(store_path, key, token):  # what `python -m lab.ablation.worker` would do, synchronously
+    def worker_inline(store_path, key, token, module=None):  # the worker process, synchronously
         started.append(key)
         with ResultStore(store_path) as store:
             worker.run_machine(store, key, token, measure=fake_measure)
