@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from lab.ablation.record import build_record
 from lab.ablation.summary import AA_ARM
 from lab.ablation.verdicts import noise_bar, qualifying, verdict
+from lab.measure.stats import as_float
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,18 +59,10 @@ def interval_text(value: float, lo: float, hi: float) -> str:
     return f"{value:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
-
-
 def accuracy_text(row: Any) -> str:
     """The accuracy change with its direction, in the metric's own name: "AUC change -0.12 pt [-0.30, +0.05]
     (higher is better)". The table stores a *loss* (positive = worse); a person reads a change."""
-    loss, lo, hi = _num(row.get("acc_loss_pt")), _num(row.get("acc_loss_lo")), _num(row.get("acc_loss_hi"))
+    loss, lo, hi = as_float(row.get("acc_loss_pt")), as_float(row.get("acc_loss_lo")), as_float(row.get("acc_loss_hi"))
     if math.isnan(loss):
         return ""
     name = str(row.get("metric_name") or "accuracy")
@@ -200,8 +193,8 @@ def _options_of(row: Any) -> tuple[str, ...]:
 
 def _measured(row: Any, speed: str, why: str = "") -> Evidence:
     return Evidence(name=str(row["arm"]), options=_options_of(row), source=MEASURED, axis=AXIS_WORDS[speed],
-                    speedup=_num(row[speed]), lo=_num(row[f"{speed}_lo"]), hi=_num(row[f"{speed}_hi"]),
-                    accuracy=accuracy_text(row), peak_memory_mb=_num(row.get("peak_memory_mb")), why=why)
+                    speedup=as_float(row[speed]), lo=as_float(row[f"{speed}_lo"]), hi=as_float(row[f"{speed}_hi"]),
+                    accuracy=accuracy_text(row), peak_memory_mb=as_float(row.get("peak_memory_mb")), why=why)
 
 
 def _predicted(p: Any, speed: str) -> Evidence:
@@ -246,7 +239,7 @@ def _measured_part(table: pd.DataFrame, speed: str, budget_pt: float
             not_here.append(Evidence(arm, _options_of(r), MEASURED, AXIS_WORDS[speed], math.nan, math.nan,
                                      math.nan, why=str(r.get("error") or "refused or failed: see its runs")))
             continue
-        value, lo, hi = _num(r[speed]), _num(r[f"{speed}_lo"]), _num(r[f"{speed}_hi"])
+        value, lo, hi = as_float(r[speed]), as_float(r[f"{speed}_lo"]), as_float(r[f"{speed}_hi"])
         if math.isnan(value):
             continue  # an axis this arm cannot change (post-training int8 on training time): not a candidate
         if hi < 1.0:
@@ -267,7 +260,7 @@ def _disagreement(p: Any, row: Any) -> str | None:
     column = MEASURED_COLUMN.get(p.axis)
     if column is None:
         return None
-    value, lo, hi = _num(row.get(column)), _num(row.get(f"{column}_lo")), _num(row.get(f"{column}_hi"))
+    value, lo, hi = as_float(row.get(column)), as_float(row.get(f"{column}_lo")), as_float(row.get(f"{column}_hi"))
     if math.isnan(lo) or math.isnan(hi) or (lo <= p.hi and p.lo <= hi):
         return None
     return (f"{p.technique}: the doctor predicted {interval_text(p.speedup, p.lo, p.hi)} on the {AXIS_WORDS[column]}, "
@@ -298,7 +291,7 @@ def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | StoredDi
         rows = {str(r["techniques"] or r["arm"]): r for _, r in table.iterrows() if r["status"] != "error"}
         first = table.iloc[0]
         hardware_id = hardware_id or first.get("hardware_id")
-        threads = threads or (int(first["threads"]) if _num(first.get("threads")) > 0 else None)
+        threads = threads or (int(first["threads"]) if as_float(first.get("threads")) > 0 else None)
         sources.append(f"an ablation of {len(table) - 1 - int((table['arm'] == AA_ARM).any())} arm(s)")
     trusted = said.get("reason") in ("winner", "none")
     to_try: list[Evidence] = []

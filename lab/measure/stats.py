@@ -15,6 +15,15 @@ import numpy as np
 # ------------------------------------------------------------------------------------------ statistics
 
 
+def as_float(x: Any) -> float:
+    """``x`` as a float, NaN where it is not a number (``None``, text, a table's empty cell): the readers of
+    stored tables format what is there and leave a gap, never raise."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 def _as_array(xs: Iterable[float], name: str = "samples") -> np.ndarray:
     arr = np.asarray(list(xs) if not isinstance(xs, np.ndarray) else xs, dtype=float).ravel()
     if arr.size == 0:

@@ -17,6 +17,7 @@ import pandas as pd
 from lab.ablation.record import AblationRecord, ArmRecord, Ratio, build_record, fmt_ratio
 from lab.ablation.summary import MIN_RUNS, SPEED_AXIS, stored_latency_key, summarize
 from lab.measure import bootstrap_ci, bootstrap_ratio_ci, median
+from lab.measure.stats import as_float
 from lab.result import RunResult
 
 #: Readable names of the speed columns.
@@ -25,16 +26,8 @@ SPEED_NAMES = {"train_speedup": "Training speedup", "step_speedup": "Step speedu
 AXIS_NAMES = {"train_step": "training step", "train": "training", "inference": "inference", "size": "size"}
 
 
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
-
-
 def _sig(x: Any, digits: int = 3, unit: str = "") -> str:
-    v = _num(x)
+    v = as_float(x)
     return "" if math.isnan(v) else f"{v:.{digits}g}{unit}"
 
 
@@ -78,11 +71,11 @@ def change_column(df: pd.DataFrame) -> str:
 def _change(row: pd.Series) -> str:
     """The arm's metric change against the baseline with its interval, sign as the metric moves (a higher-is-better
     metric's loss of 0.4 pt reads -0.4): the stored loss is positive-is-worse for every metric."""
-    est = _num(row.get("acc_loss_pt"))
+    est = as_float(row.get("acc_loss_pt"))
     if math.isnan(est):
         return ""
     flip = -1.0 if str(row.get("loss_unit") or "pt") in ("pt", "points", "nan", "") else 1.0
-    lo, hi = sorted((flip * _num(row.get("acc_loss_lo")), flip * _num(row.get("acc_loss_hi"))))
+    lo, hi = sorted((flip * as_float(row.get("acc_loss_lo")), flip * as_float(row.get("acc_loss_hi"))))
     value = flip * est + 0.0  # -0.0 reads 0
     if math.isnan(lo) or math.isnan(hi):
         return f"{value:+.2g}" + ("" if row["arm"] == "baseline" else " (no interval)")
@@ -108,7 +101,7 @@ def ablation_table(df: pd.DataFrame, record: AblationRecord | None = None) -> pd
             "Techniques": ", ".join(r["techniques"]) if isinstance(r.get("techniques"), (list, tuple))
             else str(r.get("techniques") or "none"),
             "Competes on": ", ".join(AXIS_NAMES.get(a, a) for a in rec.axes),
-            "Runs ok": f"{rec.n_ok}/{rec.n_runs}" if not math.isnan(_num(r.get("n_runs"))) else "",
+            "Runs ok": f"{rec.n_ok}/{rec.n_runs}" if not math.isnan(as_float(r.get("n_runs"))) else "",
             **{f"{name} (x, 95 % CI)": _speed(rec, col) for col, name in SPEED_NAMES.items()},
             change: _change(r),
             "Seed noise (pt)": _sig(r.get("noise_pt"), 2),
@@ -145,7 +138,7 @@ def effects_table(effects: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{
         "Term": terms.get(e["term"], e["term"]),
         "Techniques": str(e["techniques"]).replace("+", " + "),
-        "Speed effect (x, 95 % CI)": fmt_ratio(_num(e["effect"]), _num(e["effect_lo"]), _num(e["effect_hi"])),
+        "Speed effect (x, 95 % CI)": fmt_ratio(*(as_float(e[k]) for k in ("effect", "effect_lo", "effect_hi"))),
         "Reads as": _reads_as(e),
         "Accuracy effect (pt)": _sig_signed(e["loss_effect_pt"]),
     } for _, e in effects.iterrows()])
@@ -159,7 +152,7 @@ def _reads_as(e: pd.Series) -> str:
 
 
 def _sig_signed(x: Any) -> str:
-    v = _num(x)
+    v = as_float(x)
     return "" if math.isnan(v) else f"{v:+.2g}"
 
 
@@ -217,7 +210,7 @@ def technique_table(runs: dict[str, RunResult | list[RunResult]],
                 Ratio(quant["size_ratio"], better="smaller", worse="larger") if quant.get("size_ratio") else None)
         if acc:
             loss = f"{acc['loss_pts']:+.2g} pt [{acc['ci_lo']:+.2g}, {acc['ci_hi']:+.2g}]"
-        elif ref and not math.isnan(_num(row["acc_loss_lo"])) and min(_seeds(rs), _seeds(ref)) >= MIN_RUNS:
+        elif ref and not math.isnan(as_float(row["acc_loss_lo"])) and min(_seeds(rs), _seeds(ref)) >= MIN_RUNS:
             loss = f"{row['acc_loss_pt']:+.2g} pt [{row['acc_loss_lo']:+.2g}, {row['acc_loss_hi']:+.2g}]"
         else:
             loss = f"{row['acc_loss_pt']:+.2g} pt ({_no_interval(rs)})" if ref else ""
@@ -253,7 +246,7 @@ def crossover_table(the_map: dict[str, Any], workload: str, axis: str = "inferen
         "Rung": r["rung"], "Technique": r["technique"], "Parameters": f"{r['params']:,}",
         "MACs per sample": _sig(r.get("macs_per_sample"), 3),
         "fp32 (ms)": _sig(r.get("base_ms"), 3), "Technique (ms)": _sig(r.get("tech_ms"), 3),
-        "Speedup (x, 95 % CI)": Ratio(_num(r.get("speedup")), _num(r.get("ci_lo")), _num(r.get("ci_hi"))).text
+        "Speedup (x, 95 % CI)": Ratio(*(as_float(r.get(k)) for k in ("speedup", "ci_lo", "ci_hi"))).text
         if r.get("speedup") is not None else "not measured",
         "Regime": _text(r.get("regime")),
     } for r in rows])
