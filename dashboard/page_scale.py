@@ -23,7 +23,14 @@ import streamlit as st
 from lab.crossover import build_map, load_map, load_study, place, place_workload
 from lab.crossover.versus import applies
 from lab.measure import environment_stamp, other_machine_note
-from lab.plots.scale import crossover_figure, crossover_table, placement_table, reference_figure, regime_figure
+from lab.plots.scale import (
+    crossover_figure,
+    crossover_table,
+    placement_table,
+    reference_figure,
+    regime_figure,
+    utilisation_figure,
+)
 from lab.plots.scale_threads import technique_threads_figure, thread_scaling_figure, workers_ladder_figure
 from lab.workloads import list_workloads
 
@@ -206,4 +213,8 @@ def _render_map() -> dict[str, Any] | None:
                       key="scale_crossovers")
     with st.expander("Regimes: why small models lose", expanded=False):
         st.plotly_chart(regime_figure(the_map, axis), key="scale_regimes")
+        st.plotly_chart(utilisation_figure(the_map, axis), key="scale_utilisation")
+        st.caption("A baseline at a few per cent of the peak is dispatch-bound: a technique that makes GEMMs "
+                   "faster has little to speed up there. Near 100 % the step is GEMMs, and bf16 / int8 can pay up "
+                   "to the card's ratio.")
     return the_map

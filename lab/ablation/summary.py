@@ -61,7 +61,8 @@ COLUMNS = [
     "infer_speedup", "infer_speedup_lo", "infer_speedup_hi", "metric_name", "metric", "acc_loss_pt",
     "acc_loss_lo", "acc_loss_hi", "noise_pt", "loss_unit", "within_noise", "baseline_learned", "peak_memory_mb",
     "model_bytes", "size_ratio", "macs_per_sample", "macs_ratio", "why", "hardware_id", "device_name",
-    "torch_version", "threads", "busy_runs", "others_cores", *target_.COLUMNS, *CEILING_KEYS,
+    "torch_version", "threads", "busy_runs", "others_cores", "train_utilisation", "infer_utilisation",
+    *target_.COLUMNS, *CEILING_KEYS,
 ]
 
 
@@ -167,6 +168,13 @@ def ceiling_columns(row: dict[str, Any], arm_runs: Sequence[RunResult], base_run
         utilisation=util)
 
 
+def _utilisation(results: Sequence[RunResult], axis: str) -> float | None:
+    """The median share of the card's GEMM peak its runs reached on ``axis`` (``train_step`` / ``inference``,
+    :func:`lab.measure.run_utilisation`), ``None`` where no run has one (no card, no timed work)."""
+    shares = [u["share"] for r in results if (u := (r.details.get("utilisation") or {}).get(axis))]
+    return median(shares) if shares else None
+
+
 def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str, ...]] | None = None,
               baseline: str = "baseline", latency_key: str | None = None,
               axes: dict[str, tuple[str, ...]] | None = None, budget_pt: float = 1.0) -> pd.DataFrame:
@@ -224,6 +232,7 @@ def summarize(runs: dict[str, list[RunResult]], techniques: dict[str, tuple[str,
                 hardware_id=first.hardware_id, device_name=first.env.get("device_name"),
                 torch_version=first.env.get("torch_version") or first.env.get("torch"),
                 threads=first.env.get("torch_threads"),
+                train_utilisation=_utilisation(ok, "train_step"), infer_utilisation=_utilisation(ok, "inference"),
             )
             lo, hi = _diff_ci(base_metrics, metrics, _loss_scale(first.higher_is_better), first.higher_is_better)
             row.update(acc_loss_lo=lo, acc_loss_hi=hi)

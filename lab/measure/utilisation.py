@@ -81,6 +81,33 @@ def run_utilisation(result: Any) -> dict[str, Any]:
     return out
 
 
+def map_utilisation(the_map: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each rung's fp32 baseline, per axis, as a share of the GEMM peak of the card the map carries: the map's
+    rows time the baseline beside each technique (``base_ms``, the same baseline per rung and axis), its rungs
+    hold the MACs per sample and the batch. One row per workload x rung x axis: ``{"workload", "rung",
+    "params", "axis", "share", "achieved_gflops", "ideal_ms", "measured_ms", "peaks"}``; empty without a card
+    (an old map), so nothing is invented. The dispatch-bound rungs sit at a few per cent, the compute-bound
+    ones near the peak: whether any technique that speeds up GEMMs can pay there."""
+    card = the_map.get("machine_card")
+    if not card:
+        return []
+    threads = the_map.get("threads")
+    rungs = {(r["workload"], r["rung"]): r for r in the_map.get("rungs") or []}
+    out, seen = [], set()
+    for row in the_map.get("rows") or []:
+        key = (row.get("workload"), row.get("rung"), row.get("axis"))
+        rung = rungs.get(key[:2])
+        if key in seen or rung is None or not row.get("base_ms"):
+            continue
+        seen.add(key)
+        forwards = TRAIN_FORWARDS if key[2] == "train_step" else 1
+        share = share_of_peak({"fp32": float(rung["macs_per_sample"]) * int(rung["batch_size"])}, row["base_ms"],
+                              card, threads, forwards=forwards)
+        if share:
+            out.append({"workload": key[0], "rung": key[1], "params": rung["params"], "axis": key[2], **share})
+    return out
+
+
 def utilisation_line(details: dict[str, Any]) -> str | None:
     """``lab run``'s line: each share with the peak it is read against (``None`` when nothing was computed)."""
     u = details.get("utilisation") or {}
@@ -96,4 +123,5 @@ def utilisation_line(details: dict[str, Any]) -> str | None:
     return f"  utilisation: {u['why']}" if u.get("why") else None
 
 
-__all__ = ["FLOPS_PER_MAC", "TRAIN_FORWARDS", "peak_gflops", "run_utilisation", "share_of_peak", "utilisation_line"]
+__all__ = ["FLOPS_PER_MAC", "TRAIN_FORWARDS", "map_utilisation", "peak_gflops", "run_utilisation", "share_of_peak",
+           "utilisation_line"]

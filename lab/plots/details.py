@@ -19,6 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from lab.ablation.record import ArmRecord
+from lab.measure import utilisation_line
 from lab.plots.common import PHASE_COLORS, fig_title, ratio_bars
 from lab.result import RunResult
 
@@ -190,6 +191,9 @@ def technique_notes(result: RunResult, arm: ArmRecord | None = None) -> list[str
                      + (f"; {prof['note']}" if prof.get("note") else ""))
     if result.data_wait_fraction:
         notes.append(f"Data: the loop waited for data {_pct(result.data_wait_fraction)} of its step time")
+    used = utilisation_line(d)
+    if used:
+        notes.append(used.strip()[:1].upper() + used.strip()[1:])
     if arm is not None:
         return notes + [n[:1].upper() + n[1:] for n in arm.figure_lines()] + [f"Why: {w}" for w in arm.why]
     for why in result.why:

@@ -93,6 +93,37 @@ def regime_figure(the_map: dict[str, Any], axis: str = "train_step", height: int
     return fig
 
 
+def utilisation_figure(the_map: dict[str, Any], axis: str = "train_step", height: int = 360) -> go.Figure:
+    """Each workload's fp32 baseline as a share of the map's machine card GEMM peak
+    (:func:`lab.measure.map_utilisation`) against model size: how far from the limit the baseline already runs,
+    which decides whether a technique that speeds up GEMMs can pay. Above 100 %: the model's kernels beat the
+    card's own GEMM at its measured shape (the card is then not this model's ceiling; said on the figure)."""
+    from lab.measure import map_utilisation
+
+    pts = [r for r in map_utilisation(the_map) if r["axis"] == axis]
+    fig = go.Figure()
+    if not pts:
+        fig.add_annotation(text="this map carries no machine card: no utilisation (rerun the map)", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(title="Share of this machine's GEMM peak", height=200, xaxis_visible=False,
+                          yaxis_visible=False)
+        return fig
+    for wl in dict.fromkeys(r["workload"] for r in pts):
+        mine = sorted((r for r in pts if r["workload"] == wl), key=lambda r: r["params"])
+        fig.add_trace(go.Scatter(
+            x=[r["params"] for r in mine], y=[100 * r["share"] for r in mine], mode="lines+markers", name=wl,
+            hovertext=[f"{wl} {r['rung']}: {100 * r['share']:.3g} % of the fp32 peak "
+                       f"({r['achieved_gflops']:.3g} of {r['peaks']['fp32']['gflops']:.3g} GFLOP/s)" for r in mine],
+            hoverinfo="text"))
+    fig.add_hline(y=100.0, line_dash="dot", line_color="gray", annotation_text="card's fp32 GEMM peak",
+                  annotation_position="bottom right")
+    fig.update_xaxes(type="log", title="parameters")
+    fig.update_yaxes(type="log", title=f"fp32 {axis.replace('_', ' ')}: % of the GEMM peak")
+    fig.update_layout(title="How far from this machine's limit the baseline runs (fp32, share of the card's peak)",
+                      height=height, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
 def reference_figure(reference: list[dict[str, Any]], height: int = 380) -> go.Figure:
     """The lab beside plain PyTorch (``map["reference"]``): per technique x axis two bars with their 95 % CI
     whiskers, and the target as a marker where there is one."""

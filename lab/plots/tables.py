@@ -88,6 +88,13 @@ def _status(rec: ArmRecord) -> str:
     return "not run" if rec.not_run else rec.status
 
 
+def _of_ceiling(rec: ArmRecord) -> str:
+    """"48 % of 4.4x": the arm's speedup as a share of what the card and the baseline allow on its main axis."""
+    if rec.share_of_ceiling is None or rec.ceiling is None:
+        return ""
+    return f"{100 * rec.share_of_ceiling:.0f} % of {rec.ceiling:.2g}x"
+
+
 def ablation_table(df: pd.DataFrame, record: AblationRecord | None = None) -> pd.DataFrame:
     """One row per arm, humanised (see the module docstring); every ratio is the record's text
     (:mod:`lab.ablation.record`), so the table says what the bars, the details and the why say."""
@@ -108,6 +115,8 @@ def ablation_table(df: pd.DataFrame, record: AblationRecord | None = None) -> pd
             "Size": rec.size.text if rec.size else "",
             "MACs run (dense kernels)": rec.macs.text if rec.macs else "",
             "MACs if zeros skipped": rec.macs_if_skipped.text if rec.macs_if_skipped else "",
+            "Of its ceiling": _of_ceiling(rec),
+            "GEMM peak used, train step (%)": _sig(100 * as_float(r.get("train_utilisation")), 2),
             "Peak memory (MB)": _sig(r.get("peak_memory_mb"), 3),
             "Training time (s)": _sig(r.get("train_time_s"), 3),
             "Status": _status(rec),

@@ -288,3 +288,23 @@ def test_summarize_counts_busy_runs_and_keeps_their_sentence_out_of_the_why():
     df = summarize({"baseline": base, "a": arm}).set_index("arm")
     assert df.loc["a", "busy_runs"] == 1 and df.loc["a", "others_cores"] == pytest.approx(1.2)
     assert df.loc["baseline", "busy_runs"] == 0 and sentence not in df.loc["a", "why"]
+
+
+def test_each_arm_carries_the_median_share_of_the_gemm_peak_its_runs_reached_and_the_table_shows_it():
+    """``details["utilisation"]`` per run (lab.measure.run_utilisation) becomes the arm's median share; an arm
+    whose runs have none (no machine card) says nothing rather than 0."""
+    from lab.plots.tables import ablation_table
+
+    def util(share: float) -> dict:
+        return {"utilisation": {"train_step": {"share": share}, "inference": {"share": share / 2}}}
+
+    base = [_fake(1.0, [1.0], 0.9, details=util(s)) for s in (0.10, 0.12, 0.30)]
+    arm = [_fake(1.0, [1.0], 0.9) for _ in range(3)]
+    df = summarize({"baseline": base, "nocard": arm})
+    row = df.set_index("arm")
+    assert row.loc["baseline", "train_utilisation"] == pytest.approx(0.12)
+    assert row.loc["baseline", "infer_utilisation"] == pytest.approx(0.06)
+    assert row.loc["nocard", "train_utilisation"] is None or math.isnan(row.loc["nocard", "train_utilisation"])
+    table = ablation_table(df).set_index("Arm")
+    assert table.loc["baseline", "GEMM peak used, train step (%)"] == "12"
+    assert table.loc["nocard", "GEMM peak used, train step (%)"] == ""

@@ -53,3 +53,24 @@ def test_a_real_run_sits_between_zero_and_the_peak(toy_workload):
     u = run_utilisation(r)
     assert 0 < u["train_step"]["share"] < 1 and 0 < u["inference"]["share"] < 1
     assert u["train_step"]["measured_ms"] == pytest.approx(r.median_step_ms)
+
+
+def test_a_maps_baseline_is_read_once_per_rung_and_axis_against_the_card_it_carries():
+    """The crossover map's rows time the same fp32 baseline beside each technique: one utilisation per rung and
+    axis, from the rung's MACs and batch (train step: 3 forwards), and none at all from a map without a card."""
+    from lab.measure import map_utilisation
+    from lab.plots.scale import utilisation_figure
+
+    rungs = [{"workload": "mlp", "rung": r, "params": p, "macs_per_sample": m, "batch_size": 100}
+             for r, p, m in (("xs", 1e4, 1e4), ("xl", 1e7, 1e7))]
+    rows = [{"workload": "mlp", "rung": r, "axis": a, "technique": t, "base_ms": ms}
+            for r, ms in (("xs", 1.0), ("xl", 100.0)) for a in ("train_step", "inference") for t in ("bf16", "int8")]
+    the_map = {"machine_card": CARD, "threads": 1, "rungs": rungs, "rows": rows}
+    got = {(u["rung"], u["axis"]): u["share"] for u in map_utilisation(the_map)}
+    # xl train: 1e7 MACs x 100 x 2 x 3 = 6e9 FLOPs at 100 GFLOP/s = 60 ms of 100 ms; inference 20 ms of 100 ms
+    assert got == pytest.approx({("xs", "train_step"): 0.06, ("xs", "inference"): 0.02,
+                                 ("xl", "train_step"): 0.6, ("xl", "inference"): 0.2})
+    fig = utilisation_figure(the_map, "train_step")
+    assert [list(t.y) for t in fig.data] == [pytest.approx([6.0, 60.0])]  # per cent, ordered by size
+    assert map_utilisation({**the_map, "machine_card": None}) == []
+    assert "no machine card" in utilisation_figure({**the_map, "machine_card": None}).layout.annotations[0].text
