@@ -65,11 +65,17 @@ notebooks: venv
 		echo "make notebooks: $$nb $$ok in $$(( $$(date +%s) - start )) s (default size)"; done; exit $$fail
 
 # The executed copies the docs site renders (docs/notebooks/, committed like benchmarks/results/): each notebook
-# at its default size as above, stamped with the hardware id and git SHA (lab/teach/render.py), its time printed;
-# a failing notebook keeps its previous copy and fails the target. One: NOTEBOOKS=notebooks/03_pruning.ipynb
+# at its default size as above, from one commit of a clean tree (refused otherwise, the dirty files named), on a
+# quiet machine (waits up to 15 min per notebook, then refuses), each on a fresh results store, its runs held to
+# lab/teach/sanity.py's rules and a static PNG beside each plotly figure (kaleido, the [docs] extra); stamped with
+# commit, date, machine id and load (lab/teach/render.py). A failing or rule-breaking notebook keeps its previous
+# copy and fails the target. One: NOTEBOOKS=notebooks/03_pruning.ipynb; RENDER_ARGS=--force writes copies made
+# on a busy machine or breaking a rule, each saying so (--allow-dirty, --wait S, --no-static-images: --help).
+RENDER_ARGS ?=
 notebooks-docs: venv
+	@$(PY) -c "import kaleido" 2>/dev/null || $(PY) -m pip install --quiet -e '.[docs]'
 	env -u LAB_FAST LAB_SOLUTIONS=1 TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor $(PY) -m lab.teach.render \
-		--out docs/notebooks $(NOTEBOOKS)
+		--out docs/notebooks $(RENDER_ARGS) $(NOTEBOOKS)
 
 dashboard: venv
 	$(PY) -m streamlit run dashboard/app.py --server.address 127.0.0.1 --server.port $(PORT) \
