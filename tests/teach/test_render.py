@@ -290,3 +290,41 @@ def test_the_kernel_renderer_gives_plotly_s_html_and_the_figure_json_in_one_bund
     bundle = go.Figure(go.Bar(y=[1, 2]))._repr_mimebundle_()
     assert PLOT_DIV.search(bundle["text/html"]) and bundle[PLOTLY_MIME]["data"][0]["type"] == "bar"
     assert "cdn.plot.ly" in pio.renderers[RENDERER.split("+")[0]].to_mimebundle(go.Figure().to_dict())["text/html"]
+
+
+def _png(width: int = 4, height: int = 3) -> bytes:
+    """A real (red) PNG, so a browser decodes it: signature, IHDR, IDAT, IEND."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.browser
+def test_a_figure_in_a_copy_shows_its_image_with_javascript_off_or_plotly_unreachable(tmp_path: Path) -> None:
+    import shutil
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    if not Path(chromium).exists():
+        pytest.skip("no chromium on this machine")
+    src = Path("notebooks/02_mixed_precision.ipynb")
+    assert publish(src, _execution([]), tmp_path, to_png=lambda f: _png(), git_sha="f" * 40, dirty=[])["written"]
+    html = nbformat.read(tmp_path / src.name, as_version=4).cells[1].outputs[0]["data"]["text/html"]
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        try:
+            for js in (False, True):  # JavaScript off; on, with plotly.js unreachable (offline, CDN blocked)
+                page = browser.new_context(java_script_enabled=js).new_page()
+                page.route("**/*", lambda route: route.abort())
+                page.set_content(f"<html><body>{html}</body></html>")
+                img = page.locator("img.lab-static-figure")
+                assert img.count() == 1 and img.is_visible()
+                assert page.evaluate("() => document.querySelector('img.lab-static-figure').naturalWidth") == 4
+        finally:
+            browser.close()
