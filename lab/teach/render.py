@@ -313,9 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     try:
         for src in args.notebooks:
-            if head_sha(repo) != sha or (not args.allow_dirty and dirty_files(repo, exclude)):
-                print(f"notebooks-docs: HEAD or the tree changed since the render began at {str(sha)[:10]}: "
-                      f"stopping before {src} (the copies would come from two trees)", flush=True)
+            now_sha, now_dirty = head_sha(repo), ([] if args.allow_dirty else dirty_files(repo, exclude))
+            if now_sha != sha or now_dirty:
+                what = (f"HEAD moved to {str(now_sha)[:10]}" if now_sha != sha else
+                        f"files changed: {', '.join((now_dirty or [])[:10])}")
+                print(f"notebooks-docs: the tree changed since the render began at {str(sha)[:10]} ({what}): "
+                      f"stopping before {src}, so the copies do not come from two trees", flush=True)
                 return 1
             quiet, waited = wait_until_quiet(args.wait, args.window)
             forced = list(forced_base)

@@ -328,3 +328,25 @@ def test_a_figure_in_a_copy_shows_its_image_with_javascript_off_or_plotly_unreac
                 assert page.evaluate("() => document.querySelector('img.lab-static-figure').naturalWidth") == 4
         finally:
             browser.close()
+
+
+def test_force_renders_on_a_busy_machine_saying_so_and_a_tree_that_changes_mid_render_stops_it(
+        checkout: Path, monkeypatch, capsys) -> None:
+    calls = []
+
+    def fake_copy(src, out, timeout, **kw):  # the first notebook "runs" and leaves a file in the tree
+        calls.append(kw["forced"])
+        (checkout / "stray.txt").write_text("written by a notebook")
+        return {"written": True, "seconds": 1.0, "cpu_seconds": None, "contention": None, "problems": [],
+                "static": 0, "figures": 0, "sanity": [], "bytes": 1, "path": str(out / src.name)}
+
+    monkeypatch.setattr(render, "execute_copy", fake_copy)
+    monkeypatch.setattr(preflight, "sample_contention", lambda _w: BUSY)
+    nb = str(checkout / "notebooks" / "planted.ipynb")
+    argv = ["--repo", str(checkout), "--out", str(checkout / "docs" / "notebooks"), "--no-static-images",
+            "--wait", "0", "--window", "0", "--force", nb, nb]
+    assert render.main(argv) == 1
+    said = capsys.readouterr().out
+    assert len(calls) == 1 and any("started on a busy machine" in r for r in calls[0])
+    assert "no static images" in " ".join(calls[0]) and "FORCED" in said
+    assert "files changed: stray.txt" in said and "stopping before" in said
