@@ -171,8 +171,11 @@ def ranks_on_cores(runs: Sequence[RunResult]) -> list[Finding]:
                 continue
             est = bootstrap_ratio_ci(base.measured_ms(), ddp.measured_ms())
             holds = est[1] <= 1.0
-            what = (f"{ddp.workload}: {p} ranks on {cores} cores vs 1 process x {base.config.get('threads')} "
-                    f"thread(s), global batch {_global_batch(ddp)}")
+            accum = int((ddp.config.get("ddp") or {}).get("grad_accum_steps") or 1)
+            what = (f"{ddp.workload}: {p} ranks x batch {ddp.batch_size}"
+                    + (f" x {accum} accumulated" if accum > 1 else "")
+                    + f" on {cores} cores vs 1 process x {base.config.get('threads')} thread(s) x batch "
+                    f"{_global_batch(base)}")
             text = (f"{what} reads {est[0]:.2f}x [{est[1]:.2f}, {est[2]:.2f}]: "
                     + ("not faster beyond noise" if holds else
                        "faster beyond noise, which the same work on the same cores cannot be: the baseline was "

@@ -64,7 +64,7 @@ def test_two_ranks_on_two_cores_cannot_beat_one_process_on_them() -> None:
     assert len(fair) == 1 and fair[0].ok
     # 05's copy: the 1-process baseline slowed to 407 ms by a neighbour -> DDP "5.15x"
     [f] = ranks_on_cores([ddp_run(1, 2048, 2, 407.0), ddp])
-    assert not f.ok and f.speedup[1] > 1 and "2 ranks on 2 cores" in f.text
+    assert not f.ok and f.speedup[1] > 1 and "2 ranks x batch 1024 on 2 cores" in f.text
     # the half-batch single-thread run is not the same work: no comparison is made with it
     assert ranks_on_cores([ddp_run(1, 1024, 1, 35.0), ddp]) == []
 
