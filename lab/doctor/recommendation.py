@@ -324,9 +324,10 @@ def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | StoredDi
             elif _loses(p):
                 not_here.append(_predicted(p, speed))
         to_try.sort(key=lambda e: e.lo, reverse=True)
-    if said.get("reason") == "busy" and diagnosis is not None:
-        notes.insert(0, "the ablation's figures were taken on a busy machine: the card shows predictions only")
-    elif said and not trusted:
+    if said.get("reason") == "busy":  # the headline says the warning; with predictions, what the card shows instead
+        if diagnosis is not None:
+            notes.insert(0, "the ablation's figures were taken on a busy machine: the card shows predictions only")
+    elif said and not trusted and to_try:  # the headline advises a prediction: the verdict's reason is said here
         notes.insert(0, f"the ablation names no winner: {said['text']}")
     return Recommendation(workload=workload, size=size, hardware_id=hardware_id or "this machine", threads=threads,
                           axis=AXIS_WORDS[speed], use=tuple(use), to_try=tuple(to_try), not_here=tuple(not_here),

@@ -89,6 +89,9 @@ def test_a_busy_machine_crowns_nothing_and_says_so_keeping_predictions_labelled(
     text = "\n".join(card.lines())
     assert "predicted to pay (not measured yet): fast_kernels: predicted 1.50x [1.30, 1.70]" in text
     assert "busy machine: the card shows predictions only" in text
+    alone = recommend(table, workload="ctr", size="tiny")  # no predictions: the warning is the headline, said once
+    assert alone.headline().startswith("No recommendation: measured while this machine was busy")
+    assert not [line for line in alone.lines()[1:] if "busy" in line], alone.lines()
 
 
 def test_where_prediction_and_measurement_disagree_the_card_trusts_the_measurement_and_says_why() -> None:
