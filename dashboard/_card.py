@@ -95,7 +95,8 @@ def _next_step(card: Recommendation, c: _sidebar.Choices) -> None:
                  else None):
         _lifecycle.start_or_join(store, step.key, step.spec, lane)
         st.rerun()  # redraw with the job's progress in the button's place
-    st.caption(step.why)
+    st.caption("Waits for the running ablation: its timings and the doctor's would disturb each other." if c.running
+               else step.why)
 
 
 def current() -> Recommendation | None:

@@ -382,13 +382,12 @@ class StoredAblation:
         return self.table.iloc[0].get("hardware_id") or None
 
     def describe(self) -> str:
-        """"the Doctor's verification doctor@ctr/tiny/t1#ab12cd34 (2 arm(s), 1 run(s) per arm, ended 3 min ago)"."""
+        """It in one phrase: "the Doctor's verification doctor@ctr/tiny/t1#ab12cd34 (3 arms, 1 run(s) per arm, ..."."""
         what = "the Doctor's verification" if self.key.startswith(f"{VERIFICATION}@") else "the ablation"
-        t = self.table
-        arms = int((~t["arm"].isin(["baseline", AA_ARM])).sum())
+        t = self.table  # every arm counted, the baseline and the A/A arm too, as the Ablation tab counts them
         ok = t.loc[t["status"] != "error", "n_ok"]
         n = int(ok.min()) if len(ok) else 0
-        return f"{what} {self.key} ({arms} arm(s), {n} run(s) per arm, ended {_age(self.ended)})"
+        return f"{what} {self.key} ({len(t)} arms, {n} run(s) per arm, ended {_age(self.ended)})"
 
 
 def stored_ablations(store: ResultStore, workload: str, size: str, *, speed: str = "train_speedup",

@@ -230,14 +230,14 @@ def test_the_card_reads_the_newest_ablation_that_can_give_a_verdict_and_says_whi
         card = card_from_store(store, toy_workload.name, "tiny")
         assert card.read == full.key and card.pick is not None and card.pick.name == "fused_optim"
         assert card.pick.speedup == pytest.approx(2.0, rel=0.05)  # the full ablation's figure, not the preview's
-        assert card.sources[0].startswith(f"the ablation {full.key} (1 arm(s), 3 run(s) per arm, ended ")
+        assert card.sources[0].startswith(f"the ablation {full.key} (3 arms, 3 run(s) per arm, ended ")
         passed = [n for n in card.notes if check.key in n]
-        assert len(passed) == 1 and passed[0].startswith(f"the Doctor's verification {check.key} (1 arm(s), 1 run(s)")
+        assert len(passed) == 1 and passed[0].startswith(f"the Doctor's verification {check.key} (3 arms, 1 run(s)")
         assert "is newer but gives no verdict (n = 1: no interval" in passed[0] and full.key in passed[0]
         planted_ablation(store, toy_workload.name, name="doctor", repeats=3, fused=0.25)  # resumed to 3 repeats
         card = card_from_store(store, toy_workload.name, "tiny")
     assert card.read == check.key and card.pick.speedup == pytest.approx(4.0, rel=0.05)
-    assert card.sources[0].startswith(f"the Doctor's verification {check.key} (1 arm(s), 3 run(s) per arm")
+    assert card.sources[0].startswith(f"the Doctor's verification {check.key} (3 arms, 3 run(s) per arm")
     assert not [n for n in card.notes if "gives no verdict" in n]
 
 
