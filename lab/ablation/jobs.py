@@ -119,14 +119,18 @@ def recent_jobs(store: ResultStore, kind: str | None = None) -> list[dict[str, A
     return [j for j in _select(store, "ORDER BY started DESC", ()) if kind in (None, j["kind"])]
 
 
-def latest_done(store: ResultStore, workload: str, size: str, kind: str = ABLATION) -> dict[str, Any] | None:
-    """The most recently started job of ``kind`` that ended ``done`` with a baseline of ``workload`` at ``size``
-    (what the recommendation card measures from), or None."""
+def done_jobs(store: ResultStore, workload: str, size: str, kind: str = ABLATION) -> Iterator[dict[str, Any]]:
+    """The jobs of ``kind`` that ended ``done`` with a baseline of ``workload`` at ``size``, the most recently
+    started first (what the recommendation card chooses its measurement from)."""
     for j in _select(store, "WHERE status = 'done' ORDER BY started DESC", ()):
         base = (j["spec"] or {}).get("baseline") or {} if isinstance(j["spec"], dict) else {}
         if j["kind"] == kind and base.get("workload") == workload and base.get("size") == size:
-            return j
-    return None
+            yield j
+
+
+def latest_done(store: ResultStore, workload: str, size: str, kind: str = ABLATION) -> dict[str, Any] | None:
+    """The first of :func:`done_jobs`, or None."""
+    return next(done_jobs(store, workload, size, kind), None)
 
 
 def claim(store: ResultStore, key: str, spec: dict[str, Any] | None = None) -> str:
@@ -248,5 +252,5 @@ def holding(store: ResultStore, key: str, token: str | None = None,
 
 
 __all__ = ["ABLATION", "AlreadyRunning", "Cancelled", "Heartbeat", "LIVE", "STALE_S", "adopt", "beat", "claim",
-           "finish", "holding", "is_live", "job", "latest_done", "latest_job", "live_jobs", "recent_jobs",
+           "done_jobs", "finish", "holding", "is_live", "job", "latest_done", "latest_job", "live_jobs", "recent_jobs",
            "request_cancel"]

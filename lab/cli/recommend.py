@@ -1,5 +1,5 @@
 """``python -m lab recommend``: the one answer for a workload at a size on this machine, the card the dashboard
-shows above its tabs (:mod:`lab.doctor.recommendation`): the last finished ablation in the store measured it,
+shows above its tabs (:mod:`lab.doctor.recommendation`): the newest stored ablation that can give a verdict measured it,
 ``--diagnose`` adds the doctor's prediction (a short profiled run), and ``--out FILE`` writes the pick as a
 plain-PyTorch file (:mod:`lab.portable`, as ``python -m lab recipe`` does)."""
 

@@ -21,12 +21,13 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lab.ablation import AA_ARM, jobs
 from lab.config import RunConfig
 from lab.doctor.diagnosis import Diagnosis, diagnose
-from lab.doctor.stored import StoredDiagnosis, diagnosis_by_id, save_diagnosis
+from lab.doctor.stored import StoredDiagnosis, diagnosis_by_id, last_diagnosis, save_diagnosis
 from lab.doctor.verification import top_predictions, verify_predictions
 from lab.store import ResultStore
 
@@ -217,6 +218,55 @@ def progress(job: dict[str, Any], now: float | None = None) -> tuple[float, str]
     return _STAGE_AT.get(str(stage), 0.0), f"{what}; {elapsed}"
 
 
+@dataclass(frozen=True)
+class NextStep:
+    """What the recommendation card offers when nothing is measured yet for its workload and size: the doctor's
+    diagnosis (no stored diagnosis either) or the verification of its top picks (a diagnosis, no ablation), as the
+    job the Doctor tab starts (same key and spec: a click on either joins the other's), or the one of them already
+    running (``running``: its job row, whose progress the card shows instead of the button)."""
+
+    kind: str  # DIAGNOSE | VERIFY
+    key: str
+    spec: dict[str, Any]
+    label: str  # the button
+    why: str  # one line under it
+    running: dict[str, Any] | None = None
+
+
+def _running(store: ResultStore, workload: str, size: str) -> dict[str, Any] | None:
+    """The live doctor job (a diagnosis or a verification, any thread count) of ``workload`` at ``size``."""
+    where = f"@{workload}/{size}/t"
+    return next((j for j in jobs.live_jobs(store) if j["kind"] in (DIAGNOSE, VERIFY) and where in j["key"]), None)
+
+
+def next_step(store: ResultStore, workload: str, size: str, *, measured: bool, here: str, threads: int | None = None,
+              k: int = 3, repeats: int = 3) -> NextStep | None:
+    """The card's next step for ``workload`` at ``size`` on the machine ``here`` (None when it has one already:
+    ``measured``, a stored ablation it reads). No stored diagnosis: diagnose (at ``threads``, every technique, as the
+    Doctor tab's **Profile and predict** by default). A diagnosis: verify its top ``k`` picks with ``repeats``
+    interleaved repeats each (3: enough runs per arm for a verdict, so the card reads the verification once it
+    ends). A doctor job of this workload and size already running: that one, to show."""
+    if measured:
+        return None
+    live = _running(store, workload, size)
+    d = last_diagnosis(store, workload, size, here)
+    if d is None or (live is not None and live["kind"] == DIAGNOSE):
+        key, spec = diagnose_spec(RunConfig(workload=workload, size=size, threads=threads))
+        return NextStep(DIAGNOSE, key, spec, f"Diagnose {workload} at size {size}",
+                        "Nothing is measured or predicted here yet: the doctor profiles one baseline and predicts "
+                        "which technique pays on this machine (the Doctor tab's Profile and predict, in the "
+                        "background); or press Run ablation in the sidebar to measure the recipe.", live)
+    try:
+        key, spec = verify_spec(d, min(k, len(d.predictions)), repeats)
+    except ValueError:  # nothing to verify, or a diagnosis stored without its config: the card says what it has
+        return None
+    picks = ", ".join(p.technique for p in top_predictions(d.predictions, spec["k"]))
+    return NextStep(VERIFY, key, spec, f"Verify the doctor's top picks: {picks}",
+                    f"The doctor predicted (diagnosed {d.age_text()}); nothing is measured yet. Verifying runs the "
+                    f"baseline, {picks} and the A/A arm side by side, {repeats} repeats each (an interleaved ablation, "
+                    "in the background): enough for a verdict, which this card then reads.", live)
+
+
 def run_job(store: ResultStore, key: str, token: str | None = None) -> Any:
     """Run the claimed doctor job ``key`` by its kind (what the worker process does)."""
     row = jobs.job(store, key)
@@ -254,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["DIAGNOSE", "VERIFY", "WORKER", "diagnose_spec", "main", "progress", "run_diagnosis", "run_job",
-           "run_verify", "verify_spec"]
+__all__ = ["DIAGNOSE", "VERIFY", "WORKER", "NextStep", "diagnose_spec", "main", "next_step", "progress",
+           "run_diagnosis", "run_job", "run_verify", "verify_spec"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,13 +18,21 @@ The rule, in the order a reader should trust the evidence:
 4. **Where both exist and disagree** (the measured interval and the predicted one do not overlap on the same
    axis), the card says so and trusts the measurement: it ran here, on this model, beside its baseline.
 
+Which stored ablation is "the measurement" (:func:`choose_ablation`): the newest of this workload and size, measured
+on this machine, that can give a verdict, a Doctor verification as much as a full ablation; a newer preview (a
+verification with 1 repeat), busy or unstable one does not displace it, and the card names what it read and what it
+passed over, and why.
+
 Every card names what it holds at (the machine's hardware id, the workload, its size, the thread count), and
 ends in code: the options of the pick, which :mod:`lab.portable` writes out as a plain-PyTorch file.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +146,7 @@ class Recommendation:
     crowns: bool = False  # a trusted ablation stood behind the card (a winner or a measured "nothing pays")
     busy: bool = False
     sources: tuple[str, ...] = field(default_factory=tuple)  # what the card was built from, in words
+    read: str | None = None  # the key of the stored ablation the card read (:func:`choose_ablation`)
 
     @property
     def pick(self) -> Evidence | None:
@@ -315,9 +324,10 @@ def recommend(table: pd.DataFrame | None = None, diagnosis: Diagnosis | StoredDi
             elif _loses(p):
                 not_here.append(_predicted(p, speed))
         to_try.sort(key=lambda e: e.lo, reverse=True)
-    if said.get("reason") == "busy" and diagnosis is not None:
-        notes.insert(0, "the ablation's figures were taken on a busy machine: the card shows predictions only")
-    elif said and not trusted:
+    if said.get("reason") == "busy":  # the headline says the warning; with predictions, what the card shows instead
+        if diagnosis is not None:
+            notes.insert(0, "the ablation's figures were taken on a busy machine: the card shows predictions only")
+    elif said and not trusted and to_try:  # the headline advises a prediction: the verdict's reason is said here
         notes.insert(0, f"the ablation names no winner: {said['text']}")
     return Recommendation(workload=workload, size=size, hardware_id=hardware_id or "this machine", threads=threads,
                           axis=AXIS_WORDS[speed], use=tuple(use), to_try=tuple(to_try), not_here=tuple(not_here),
@@ -341,52 +351,127 @@ def code_line(card: Recommendation, workload: str, size: str) -> str | None:
             f"{','.join(card.options)} --out mine.py")
 
 
-def stored_table(store: ResultStore, workload: str, size: str) -> tuple[pd.DataFrame | None, str | None]:
-    """(table, ablation key) of the last finished ablation of ``workload`` at ``size`` in ``store`` (the table the
-    Ablation tab draws for it: :func:`lab.ablation.summarize` of its stored runs), or (None, None)."""
-    from lab.ablation import from_spec, load_ablation, summarize
-    from lab.ablation.jobs import latest_done
+#: How many of a workload's newest finished ablations the card looks through for one that can give a verdict.
+LOOK_BACK = 10
+#: The name of the doctor's verification ablation (:func:`lab.doctor.verification.verify_predictions`).
+VERIFICATION = "doctor"
 
-    job = latest_done(store, workload, size)
-    if job is None:
-        return None, None
-    ablation, repeats, seeds = from_spec(job["spec"])
-    runs = load_ablation(ablation, store, repeats, seeds)
-    if not runs.get("baseline"):
-        return None, job["key"]
-    return summarize(runs, techniques=ablation.techniques, axes=ablation.axes), job["key"]
+
+def _age(t: float) -> str:
+    minutes = max(0.0, time.time() - t) / 60
+    return f"{minutes:.0f} min ago" if minutes < 120 else f"{minutes / 60:.0f} h ago"
+
+
+@dataclass(frozen=True)
+class StoredAblation:
+    """A finished ablation of the card's workload and size as the card reads it: its key, its table (the one the
+    Ablation tab draws: :func:`lab.ablation.summarize` of its stored runs), when it ended and its verdict."""
+
+    key: str
+    table: pd.DataFrame
+    ended: float
+    said: dict[str, Any]
+
+    @property
+    def verdict_given(self) -> bool:
+        """Its verdict names a winner or a measured "nothing beats the baseline": it can stand behind a card."""
+        return self.said.get("reason") in ("winner", "none")
+
+    @property
+    def hardware_id(self) -> str | None:
+        return self.table.iloc[0].get("hardware_id") or None
+
+    def describe(self) -> str:
+        """It in one phrase: "the Doctor's verification doctor@ctr/tiny/t1#ab12cd34 (3 arms, 1 run(s) per arm, ..."."""
+        what = "the Doctor's verification" if self.key.startswith(f"{VERIFICATION}@") else "the ablation"
+        t = self.table  # every arm counted, the baseline and the A/A arm too, as the Ablation tab counts them
+        ok = t.loc[t["status"] != "error", "n_ok"]
+        n = int(ok.min()) if len(ok) else 0
+        return f"{what} {self.key} ({len(t)} arms, {n} run(s) per arm, ended {_age(self.ended)})"
+
+
+def stored_ablations(store: ResultStore, workload: str, size: str, *, speed: str = "train_speedup",
+                     budget_pt: float = 1.0) -> Iterator[StoredAblation]:
+    """The finished ablations of ``workload`` at ``size`` in ``store`` (the doctor's verifications among them),
+    newest first, at most :data:`LOOK_BACK`, each with its table and its verdict on ``speed``; one without a stored
+    baseline run is skipped (nothing to divide by)."""
+    from lab.ablation import from_spec, load_ablation, summarize
+    from lab.ablation.jobs import done_jobs
+
+    for job in itertools.islice(done_jobs(store, workload, size), LOOK_BACK):
+        ablation, repeats, seeds = from_spec(job["spec"])
+        runs = load_ablation(ablation, store, repeats, seeds)
+        if not runs.get("baseline"):
+            continue
+        table = summarize(runs, techniques=ablation.techniques, axes=ablation.axes)
+        yield StoredAblation(job["key"], table, float(job["heartbeat"] or job["started"] or 0.0),
+                             verdict(table, budget_pt, speed))
+
+
+def choose_ablation(found: Iterable[StoredAblation], here: str) -> tuple[StoredAblation | None, list[str]]:
+    """Which stored ablation the card reads, and what it says about the ones it passed over. The rule:
+
+    - **the newest measured on this machine that can give a verdict** (a winner, or a measured "nothing beats the
+      baseline": :func:`lab.ablation.verdicts.verdict`), a Doctor verification as much as a full ablation: a
+      verification measures the prescription, and when it is the newest such measurement it speaks;
+    - a newer one that cannot (a preview, n < 3 runs per arm, as a verification with 1 repeat is; a busy machine;
+      an unstable A/A arm; a baseline that did not learn) does not displace it, and the card names it with its
+      reason (a busy one's warning stays on the card);
+    - when none can, the newest one here, whose reason the card then gives as its own;
+    - one measured on another machine is not this machine's evidence: left out, and said.
+    """
+    passed: list[StoredAblation] = []
+    elsewhere: StoredAblation | None = None
+    for ab in found:
+        if ab.hardware_id and ab.hardware_id != here:
+            elsewhere = elsewhere or ab
+            continue
+        if ab.verdict_given:
+            return ab, _passed_notes(passed, ab, elsewhere, here)
+        passed.append(ab)
+    read = passed[0] if passed else None
+    return read, _passed_notes(passed[1:], read, elsewhere, here) if read else _passed_notes([], None, elsewhere, here)
+
+
+def _passed_notes(passed: list[StoredAblation], read: StoredAblation | None, elsewhere: StoredAblation | None,
+                  here: str) -> list[str]:
+    notes = []
+    if elsewhere is not None and (read is None or elsewhere.ended > read.ended):
+        notes.append(f"{elsewhere.describe()} was measured on {elsewhere.hardware_id}, not on this machine ({here}): "
+                     "left out; run it here")
+    if read is not None and read.verdict_given:
+        notes += [f"{ab.describe()} is newer but gives no verdict ({ab.said.get('text')}): the card reads "
+                  f"{read.describe()}, the newest that does" for ab in passed]
+    return notes
 
 
 def card_from_store(store: ResultStore | None, workload: str, size: str,
                     diagnosis: Diagnosis | StoredDiagnosis | None = None, *,
                     speed: str = "train_speedup", budget_pt: float = 1.0, here: str | None = None) -> Recommendation:
-    """The card every face shows: the last finished ablation of ``workload`` at ``size`` in ``store`` and the
-    doctor's ``diagnosis`` (if any), combined by :func:`recommend`. An ablation measured on another machine is
-    not this machine's evidence: it is left out, and the card says so. Without a ``diagnosis``, the newest one stored
-    for this workload and size on this machine (:mod:`lab.doctor.stored`) is read. ``store`` None: nothing stored;
-    ``here``: this machine's hardware id (default: :func:`lab.measure.environment_stamp`'s)."""
+    """The card every face shows: the stored ablation of ``workload`` at ``size`` that :func:`choose_ablation` picks
+    (the newest that can give a verdict) and the doctor's ``diagnosis`` (if any), combined by :func:`recommend`; the
+    card names the ablation it read (its sources) and any newer one it passed over (its notes). Without a
+    ``diagnosis``, the newest one stored for this workload and size on this machine (:mod:`lab.doctor.stored`) is
+    read. ``store`` None: nothing stored; ``here``: this machine's hardware id (default:
+    :func:`lab.measure.environment_stamp`'s)."""
     from lab.doctor.stored import last_diagnosis
     from lab.measure import environment_stamp
 
-    table, key = stored_table(store, workload, size) if store is not None else (None, None)
     here = here or environment_stamp()["hardware_id"]
+    read, passed = (choose_ablation(stored_ablations(store, workload, size, speed=speed, budget_pt=budget_pt), here)
+                    if store is not None else (None, []))
     stored_note = None
     if diagnosis is None and store is not None:  # the doctor's last word on this model here, if it spoke
         diagnosis = last_diagnosis(store, workload, size, here)
         if diagnosis is not None:
             stored_note = f"the doctor's prediction is the stored one from {diagnosis.age_text()}"
-    elsewhere = None
-    if table is not None and (there := table.iloc[0].get("hardware_id")) and there != here:
-        elsewhere = (f"the last ablation of {workload}/{size} ({key}) was measured on {there}, not on this machine "
-                     f"({here}): left out; run it here")
-        table = None
-    card = recommend(table, diagnosis, workload=workload, size=size, hardware_id=here, speed=speed,
-                     budget_pt=budget_pt)
-    notes = ((elsewhere,) if elsewhere else ()) + ((stored_note,) if stored_note else ()) + card.notes
-    sources = tuple(s.replace("an ablation", f"the ablation {key}") for s in card.sources)
-    return replace(card, notes=notes, sources=sources)
+    card = recommend(read.table if read else None, diagnosis, workload=workload, size=size, hardware_id=here,
+                     speed=speed, budget_pt=budget_pt)
+    notes = (*passed, *((stored_note,) if stored_note else ()), *card.notes)
+    sources = tuple(read.describe() if read and s.startswith("an ablation") else s for s in card.sources)
+    return replace(card, notes=notes, sources=sources, read=read.key if read else None)
 
 
-__all__ = ["MEASURED", "PREDICTED", "Evidence", "Recommendation", "accuracy_text", "card_from_store", "code_line",
-           "interval_text",
-           "recommend", "stored_table"]
+__all__ = ["LOOK_BACK", "MEASURED", "PREDICTED", "VERIFICATION", "Evidence", "Recommendation", "StoredAblation",
+           "accuracy_text", "card_from_store", "choose_ablation", "code_line", "interval_text", "recommend",
+           "stored_ablations"]

@@ -49,3 +49,88 @@ def test_the_card_leads_with_the_stored_ablations_answer_and_its_code(private_st
         assert len(downloads) == 1 and "fused_optim.py" in downloads[0].proto.label
     at.selectbox(key="workload").select("ctr").run()  # another workload: nothing measured, the card says what to run
     assert "No recommendation yet for ctr at size tiny" in _card_text(at)
+
+
+def _first_page() -> None:
+    # AppTest runs this function's source as its own script: the sidebar and the card, as app.py draws them
+    import sys
+    from pathlib import Path
+
+    root = Path.cwd()
+    sys.path[:0] = [str(root / "dashboard"), str(root / "tests")]
+    import _card
+    import _sidebar
+    from toy_workload import TOY
+
+    from lab.workloads import register_workload
+
+    register_workload(TOY, overwrite=True)
+    _card.draw(_sidebar.draw())
+    _sidebar.forget()
+
+
+@pytest.fixture
+def launched(monkeypatch) -> list[str]:
+    """The card's worker launches, run here as tests/dashboard/test_dashboard_doctor.py runs them (the keys, in
+    order); the diagnosis predicts one technique, so it takes a fraction of a second."""
+    root = Path(APP).parents[1]
+    monkeypatch.chdir(root)
+    monkeypatch.syspath_prepend(str(root / "dashboard"))
+    import _lifecycle
+
+    from lab.doctor import jobs as doctor_jobs
+    from lab.doctor.diagnosis import diagnose
+
+    keys: list[str] = []
+
+    def inline(store_path, key, token, module="lab.ablation.worker"):
+        assert module == doctor_jobs.WORKER
+        keys.append(key)
+        with ResultStore(store_path) as store:
+            if key.startswith("diagnose@"):
+                doctor_jobs.run_diagnosis(store, key, token, diagnose_fn=lambda cfg, techniques, **kw: diagnose(
+                    cfg, techniques=["fused_optim"], **kw))
+            else:
+                doctor_jobs.run_job(store, key, token)
+
+    monkeypatch.setattr(_lifecycle, "start_worker", inline)
+    return keys
+
+
+def test_with_nothing_stored_the_card_diagnoses_then_verifies_and_then_reads_the_verification(private_store, launched):
+    """No ablation, no diagnosis: the card's one button starts the Doctor tab's diagnosis job (same key, the Doctor
+    tab's lane); while one runs (started from the Doctor tab) the card shows its progress in the button's place and a
+    click drawn before it started joins it; once the diagnosis is stored, its button verifies the top pick (3 repeats:
+    a verdict), and then the card reads that verification as its measurement and offers nothing more."""
+    from lab import RunConfig
+    from lab.ablation import jobs
+    from lab.doctor import jobs as doctor_jobs
+
+    at = AppTest.from_function(_first_page, default_timeout=60)
+    at.session_state["workload"] = "toy"
+    at.run()
+    assert not at.exception, at.exception
+    assert "No recommendation yet for toy at size tiny" in _card_text(at)
+    assert at.button(key="card_next").label == "Diagnose toy at size tiny"
+    key, spec = doctor_jobs.diagnose_spec(RunConfig(workload="toy", size="tiny", threads=1))
+    with ResultStore(private_store) as store:  # the Doctor tab starts it meanwhile; it is between two predictions
+        token = jobs.claim(store, key, spec=spec)
+        jobs.beat(store, key, token, {"stage": "predict", "arm": "bf16 (3/9)"})
+    at.button(key="card_next").click().run()  # a click drawn before it started: it joins, never starts a second
+    assert not at.exception, at.exception
+    assert launched == [] and not [b for b in at.button if b.key == "card_next"]
+    assert any(m.value.startswith("predicting **bf16** (3/9)") for m in at.markdown), [m.value for m in at.markdown]
+    with ResultStore(private_store) as store:
+        jobs.finish(store, key, token, "cancelled")
+    at.run()
+    at.button(key="card_next").click().run()
+    assert not at.exception, at.exception
+    assert launched == [key] and at.session_state["doc_job_key"] == key  # the Doctor tab's job, shown there too
+    assert "fused_optim" in _card_text(at)
+    assert at.button(key="card_next").label == "Verify the doctor's top picks: fused_optim"
+    at.button(key="card_next").click().run()
+    assert not at.exception, at.exception
+    assert launched[1] == "verify@toy/tiny/t1" and at.session_state["ver_job_key"] == launched[1]
+    text = _card_text(at)
+    assert "from the Doctor's verification doctor@toy/tiny/t1#" in text and "3 run(s) per arm" in text, text
+    assert not [b for b in at.button if b.key == "card_next"]  # measured: the card's answer stands, no next step

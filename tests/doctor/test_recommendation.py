@@ -89,6 +89,9 @@ def test_a_busy_machine_crowns_nothing_and_says_so_keeping_predictions_labelled(
     text = "\n".join(card.lines())
     assert "predicted to pay (not measured yet): fast_kernels: predicted 1.50x [1.30, 1.70]" in text
     assert "busy machine: the card shows predictions only" in text
+    alone = recommend(table, workload="ctr", size="tiny")  # no predictions: the warning is the headline, said once
+    assert alone.headline().startswith("No recommendation: measured while this machine was busy")
+    assert not [line for line in alone.lines()[1:] if "busy" in line], alone.lines()
 
 
 def test_where_prediction_and_measurement_disagree_the_card_trusts_the_measurement_and_says_why() -> None:
@@ -211,6 +214,58 @@ def test_an_ablation_from_another_machine_is_not_this_machines_evidence(toy_work
         card = card_from_store(store, toy_workload.name, "tiny", here="other-cpu-avx2-8c")
     assert card.pick is None and card.hardware_id == "other-cpu-avx2-8c"
     assert "not on this machine (other-cpu-avx2-8c): left out" in card.notes[0]
+
+
+def test_the_card_reads_the_newest_ablation_that_can_give_a_verdict_and_says_which(toy_workload, private_store):
+    """A Doctor verification is stored as an ablation (``doctor@...``) and is the newest: with 1 repeat it is a preview
+    and must not displace the full ablation's verdict (the card names both); once it has 3 repeats it is the newest
+    measurement that gives a verdict, and the card reads it."""
+    from lab.doctor.recommendation import card_from_store
+    from lab.store import ResultStore
+
+    with ResultStore(private_store) as store:
+        full = planted_ablation(store, toy_workload.name)  # fused_optim at 0.5x the baseline's time: 2x
+        check = planted_ablation(store, toy_workload.name, name="doctor", repeats=1, fused=0.25)  # 4x, a preview
+        assert check.key.startswith("doctor@") and check.key != full.key
+        card = card_from_store(store, toy_workload.name, "tiny")
+        assert card.read == full.key and card.pick is not None and card.pick.name == "fused_optim"
+        assert card.pick.speedup == pytest.approx(2.0, rel=0.05)  # the full ablation's figure, not the preview's
+        assert card.sources[0].startswith(f"the ablation {full.key} (3 arms, 3 run(s) per arm, ended ")
+        passed = [n for n in card.notes if check.key in n]
+        assert len(passed) == 1 and passed[0].startswith(f"the Doctor's verification {check.key} (3 arms, 1 run(s)")
+        assert "is newer but gives no verdict (n = 1: no interval" in passed[0] and full.key in passed[0]
+        planted_ablation(store, toy_workload.name, name="doctor", repeats=3, fused=0.25)  # resumed to 3 repeats
+        card = card_from_store(store, toy_workload.name, "tiny")
+    assert card.read == check.key and card.pick.speedup == pytest.approx(4.0, rel=0.05)
+    assert card.sources[0].startswith(f"the Doctor's verification {check.key} (3 arms, 3 run(s) per arm")
+    assert not [n for n in card.notes if "gives no verdict" in n]
+
+
+def _stored(key: str, table: pd.DataFrame, ended: float):
+    from lab.doctor.recommendation import StoredAblation
+
+    return StoredAblation(key, table, ended, verdict(table))
+
+
+def test_a_newer_busy_or_foreign_ablation_leaves_the_verdict_to_the_newest_that_can_give_one() -> None:
+    """The rule on planted tables, newest first: a busy one is passed over with its warning kept on the card, one
+    from another machine is left out and said; when none can give a verdict the newest here is read (its reason is
+    the card's)."""
+    from lab.doctor.recommendation import choose_ablation
+
+    quiet = _stored("card@ctr/tiny/t1#1", _table(_row("aa", (1.0, 0.95, 1.05)), _row("bf16", (1.6, 1.4, 1.8))), 1.0)
+    busy = _stored("doctor@ctr/tiny/t1#2", _table(_row("aa", (1.0, 0.9, 1.1)), _row("bf16", (2.0, 1.5, 2.5), busy=2)),
+                   2.0)
+    foreign = quiet.table.assign(hardware_id="other-cpu-8c")
+    read, notes = choose_ablation([_stored("card@ctr/tiny/t1#3", foreign, 3.0), busy, quiet], HW)
+    assert read is quiet
+    assert notes[0].startswith("the ablation card@ctr/tiny/t1#3") and "not on this machine" in notes[0]
+    assert notes[1].startswith("the Doctor's verification doctor@ctr/tiny/t1#2") and "busy" in notes[1]
+    read, notes = choose_ablation([busy], HW)  # nothing else: the busy one is read, and crowns nothing
+    assert read is busy and notes == []
+    card = recommend(read.table, workload="ctr", size="tiny")
+    assert card.pick is None and card.busy
+    assert choose_ablation([_stored("card@ctr/tiny/t1#3", foreign, 3.0)], HW)[0] is None
 
 
 def test_bad_cli_input_is_one_line_before_any_work(capsys) -> None:

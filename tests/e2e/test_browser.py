@@ -210,7 +210,10 @@ def _check_card(page) -> None:
     card = page.locator(".st-key-recommendation").first
     card.wait_for(timeout=60_000)
     page.wait_for_timeout(1_000)  # the rerun after the job ended redraws the card from the finished ablation
+    # and it ends: until then the last run's elements stay (faded), the card's next-step button among them
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=60_000)
     text = card.inner_text()
+    assert "Diagnose ctr" not in text, text  # measured: no next step offered
     said = page.get_by_text("Verdict on ").first.inner_text()
     assert "holds at:" in text and "workload ctr at size tiny" in text, text
     winner = re.match(r"Verdict on [^:]+: (\S+): .* beats the baseline beyond noise", said)
@@ -231,10 +234,10 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
     field, a plot title wider than its plot, a table's header or cell (a reason, a figure's name) cut short,
     any other text cut with an ellipsis, a Run button below the first 800 px, or a Machine table (of a card
     with raw floats) that prints a number with more than 4 significant digits. Screenshots go to
-    ``$LAB_SCREENSHOTS`` (default: the test's tmp folder), one per tab plus ``ablation_running.png``, with
-    ``timings.txt``: the cold first page load (server start to the Run button drawn, and the page's own
-    load), the click to the first arms' figures and the default ablation's click to verdict, also printed
-    (``pytest -rP`` shows them; recorded, never asserted)."""
+    ``$LAB_SCREENSHOTS`` (default: the test's tmp folder), one per tab plus ``first_page.png`` (before Run: the card
+    offers the doctor's diagnosis) and ``ablation_running.png``, with ``timings.txt``: the cold first page load
+    (server start to the Run button drawn, and the page's own load), the click to the first arms' figures and the
+    default ablation's click to verdict, also printed (``pytest -rP`` shows them; recorded, never asserted)."""
     if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
         pytest.skip("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -270,6 +273,9 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
                 run.wait_for(timeout=60_000)
                 timings = {"first_load_s (server start to Run drawn)": time.monotonic() - started,
                            "first_load_page_s (page opened to Run drawn)": time.monotonic() - t_goto}
+                # nothing stored: the card offers the doctor's next step itself (lab.doctor.jobs.next_step)
+                page.get_by_role("button", name="Diagnose ctr at size tiny").wait_for(timeout=60_000)
+                page.screenshot(path=str(shots / "first_page.png"))  # the first viewport, as a new user sees it
                 box = run.bounding_box()  # the window, not the sidebar's scroll: Run seen without scrolling
                 assert box is not None and box["y"] + box["height"] <= 800, f"Run is below the fold: {box}"
                 t0 = time.monotonic()
