@@ -179,7 +179,8 @@ def seeds_way(table: Any, times: Mapping[str, Mapping[str, Any]], arm: str | Non
     others = {a: t for a, t in times.items() if a not in (baseline, "aa") and _finite(t.get("total_s"))}
     if not base or not _finite(base.get("total_s")) or not others:
         return None
-    if arm is None or arm not in others:
+    arm_was_picked = arm is None or arm not in others
+    if arm_was_picked:
         # only an arm that competes on training time: post-training int8 or pruning leave the training as it is,
         # so "fastest end to end" among them is the baseline's own noise (the summary blanks that axis)
         trains = {a: t for a, t in others.items() if not rows or _finite((rows.get(a) or {}).get("train_speedup"))}
@@ -201,6 +202,10 @@ def seeds_way(table: Any, times: Mapping[str, Mapping[str, Any]], arm: str | Non
     said += _accuracy(rec)
     if _finite(b_rec.get("peak_memory_mb")) and _finite(rec.get("peak_memory_mb")):
         said += f", peak memory {b_rec['peak_memory_mb']:.3g} -> {rec['peak_memory_mb']:.3g} MB"
+    if t["total_s"] > base["total_s"]:  # a loss is said as one, never in the neutral words of a gain
+        slower = f"{t['total_s'] / base['total_s']:.2f}x the baseline's time"
+        lead = "no arm is faster end to end; the fastest" if arm_was_picked else "slower end to end"
+        said = f"{lead} ({arm}) takes {slower}: {said}" if arm_was_picked else f"{lead}, {slower}: {said}"
     return said
 
 

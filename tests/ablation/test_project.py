@@ -154,6 +154,12 @@ def test_the_headline_says_end_to_end_first_with_the_per_step_ratio_and_memory_b
                          "peak memory 410 -> 380 MB")
     slow_said = seeds_way(table, times, arm="slow")  # no per-step figure, no accuracy: left out, not "nan"
     assert "nan" not in slow_said and "per step" not in slow_said and slow_said.endswith("410 -> 500 MB")
+    # a loss is said as one: never "baseline 10 s -> slow 21 s" in the neutral words of a gain
+    assert slow_said.startswith(f"slower end to end, {times['slow']['total_s'] / b:.2f}x the baseline's time: ")
+    trains_slower = table.assign(train_speedup=[float("nan"), 2.0, 0.5])  # slow competes on training time
+    only_slow = seeds_way(trains_slower, {k: v for k, v in times.items() if k != "fast"})
+    assert only_slow.startswith("no arm is faster end to end; the fastest (slow) takes ")
+    assert not said.startswith(("slower", "no arm"))
     one = measured_arms({"baseline": base[:1], "fast": fast[:1]})  # one run: no interval, and none is said
     assert "[" not in seeds_way(None, one).split("end to end")[0]
     assert seeds_way(table, {"baseline": times["baseline"]}) is None  # nothing to compare
