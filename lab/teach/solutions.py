@@ -173,3 +173,20 @@ def amdahl_speedup(shares: Mapping[str, float], rates: Mapping[str, float]) -> f
 def best_technique(shares: Mapping[str, float], rates_by_technique: Mapping[str, Mapping[str, float]]) -> str:
     """The technique with the largest Amdahl speedup on this breakdown."""
     return max(rates_by_technique, key=lambda t: amdahl_speedup(shares, rates_by_technique[t]))
+
+
+# ------------------------------------------------------------------ your own loop (issue 46)
+def train_bf16(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable,
+               loss_fn: Any) -> list[float]:
+    """bf16 mixed precision as the recipe writes it: autocast around forward + loss only, backward and the step
+    outside it, no GradScaler (bf16 has fp32's exponent range)."""
+    losses = []
+    model.train()
+    for x, y in loader:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
