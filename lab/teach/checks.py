@@ -340,7 +340,7 @@ class ArmStart:
     def __init__(self, dtype: str = "bf16", steps: int = 8) -> None:
         from torch.utils.data import DataLoader, TensorDataset
 
-        from lab import PrecisionConfig, RunConfig, run
+        from lab import PrecisionConfig, RunConfig
         from lab.context import prepare
         from lab.loop import make_optimizer
 
