@@ -430,3 +430,54 @@ def amp_loop(fn: Callable, dtype: str = "bf16", steps: int = 8) -> list[float]:
     _ok(f"{len(losses)} steps with the lab's losses (first {losses[0]:.4f}, last {losses[-1]:.4f}), every Linear "
         f"in {sorted(set(seen.values()))}, backward outside autocast")
     return losses
+
+
+# ------------------------------------------------------------------ 00 tour and 06 ablations (issue 46)
+def median_step(fn: Callable, result: Any) -> float:
+    """The learner's ``fn(total_ms, warmup_steps)`` against :attr:`lab.result.RunResult.median_step_ms` on
+    ``result`` (a run of the notebook), then on a series where the warm-up steps are slow and the count of measured
+    steps is even: leaving the warm-up in, or taking one middle value instead of the mean of the two, fails there."""
+    total = list(result.step_times_ms["total"])
+    mine, ref = float(fn(total, result.warmup_steps)), float(result.median_step_ms)
+    assert abs(mine - ref) < 1e-9, f"{mine:.4f} ms vs the lab's {ref:.4f} ms: drop the first warmup_steps, then median"
+    slow_start = [50.0, 40.0, 3.0, 1.0, 2.0, 4.0]
+    got = float(fn(slow_start, 2))
+    assert abs(got - 2.5) < 1e-9, (f"{got} on {slow_start} with 2 warm-up steps: the median of [3, 1, 2, 4] is 2.5 "
+                                   "(leave the warm-up out; an even count averages the two middle values)")
+    _ok(f"median step {mine:.3f} ms over {len(total) - result.warmup_steps} measured steps, as RunResult.median_step_ms")
+    return mine
+
+
+def interaction(fn: Callable, df: Any, pair: Sequence[str], speed: str = "train_speedup") -> float:
+    """The learner's ``fn(joint, a, b)`` (the speedups of the stack and of each technique alone) against the 2-way
+    term of :func:`lab.ablation.interaction_effects` on the ablation table ``df`` for ``pair``, then on two made-up
+    squares: one that compounds and one that cancels (a difference of speedups or a ratio to one single fails).
+    Returns the learner's value on the first square (``df``'s where given)."""
+    import pandas as pd
+
+    from lab.ablation import interaction_effects
+
+    def by_stack(table: Any) -> dict[frozenset, float]:
+        return {frozenset(t.split("+")) if t else frozenset(): float(s)
+                for t, s in zip(table["techniques"], table[speed], strict=True)}
+
+    cases = []
+    if df is not None:
+        sub = df[df["techniques"].fillna("").map(lambda t: bool(t) and set(t.split("+")) <= set(pair))]
+        cases.append(("the notebook's ablation", sub))
+    for joint, sa, sb in ((1.8, 1.2, 1.1), (1.05, 1.3, 1.2)):
+        cases.append((f"joint {joint}, alone {sa} and {sb}", pd.DataFrame({
+            "techniques": [pair[0], pair[1], "+".join(pair)], "status": "ok", speed: [sa, sb, joint],
+            "acc_loss_pt": 0.0})))
+    first = None
+    for name, table in cases:
+        s = by_stack(table)
+        a, b, joint = s[frozenset([pair[0]])], s[frozenset([pair[1]])], s[frozenset(pair)]
+        effects = interaction_effects(table, speed)
+        ref = float(effects[effects["term"] == "2-way"]["effect"].iloc[0])
+        mine = float(fn(joint, a, b))
+        assert abs(mine - ref) < 1e-9, (f"{name}: {mine:.4f} vs lab.ablation.interaction_effects' {ref:.4f}: what the "
+                                        "stack gives over what the two would give if they simply multiplied")
+        first = mine if first is None else first
+    _ok(f"interaction of {'+'.join(pair)} {first:.3f}, as lab.ablation.interaction_effects, on {len(cases)} squares")
+    return first

@@ -190,3 +190,14 @@ def train_bf16(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader:
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     return losses
+
+
+# ------------------------------------------------------------------ 00 tour and 06 ablations (issue 46)
+def median_step(total_ms: Sequence[float], warmup_steps: int) -> float:
+    """The median of the step times after the warm-up steps (an even count: the mean of the two middle ones)."""
+    return float(np.median(np.asarray(total_ms[warmup_steps:], dtype=float)))
+
+
+def interaction(joint: float, a: float, b: float) -> float:
+    """A 2-way interaction: the stack's speedup over the product of the singles' (above 1: they compound)."""
+    return joint / (a * b)
