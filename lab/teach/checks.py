@@ -444,7 +444,7 @@ def median_step(fn: Callable, result: Any) -> float:
     got = float(fn(slow_start, 2))
     assert abs(got - 2.5) < 1e-9, (f"{got} on {slow_start} with 2 warm-up steps: the median of [3, 1, 2, 4] is 2.5 "
                                    "(leave the warm-up out; an even count averages the two middle values)")
-    _ok(f"median step {mine:.3f} ms over {len(total) - result.warmup_steps} measured steps, as RunResult.median_step_ms")
+    _ok(f"median step {mine:.3f} ms over {len(total) - result.warmup_steps} measured steps, as the lab's")
     return mine
 
 

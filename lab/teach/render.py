@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,22 @@ def strip_outputs(nb: Any) -> None:
                     data.pop(mime, None)
 
 
+#: A source notebook's link to a manual page (``notebooks/`` -> ``../docs/page.md#anchor``, what JupyterLab and GitHub
+#: follow); the executed copy is a page of the site at ``notebooks/<name>/``, whose manual pages sit at ``../../page/``.
+DOCS_LINK = re.compile(r"\]\(\.\./docs/([\w/-]+)\.md(#[\w-]+)?\)")
+
+
+def site_links(nb: Any) -> int:
+    """Rewrite the markdown cells' links to ``../docs/*.md`` for the copy's place on the site (mkdocs-jupyter renders a
+    notebook's HTML as it is: nothing rewrites its links); returns how many were rewritten."""
+    n = 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source, k = DOCS_LINK.subn(lambda m: f"](../../{m.group(1)}/{m.group(2) or ''})", cell.source)
+            n += k
+    return n
+
+
 def _kernel_cpu_s(client: Any) -> float | None:
     """CPU seconds the kernel and its finished children (DDP ranks, loader workers) used so far: on a shared
     box the wall time says how busy the neighbours were, this says what the notebook itself cost."""
@@ -92,6 +109,7 @@ def execute_copy(src: Path, out_dir: Path, timeout_s: int = 1800) -> dict[str, A
     seconds = time.perf_counter() - t0
     env = {**environment_stamp(), "git_sha": sha, "git_dirty": dirty}
     strip_outputs(nb)
+    site_links(nb)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(stamp_text(src, env, seconds, load, cpu["s"])))
     nb.metadata["lab_executed"] = {"hardware_id": env.get("hardware_id"), "git_sha": env.get("git_sha"),
                                    "git_dirty": env.get("git_dirty"), "seconds": round(seconds, 1),
