@@ -60,8 +60,9 @@ def strip_outputs(nb: Any) -> None:
                     data.pop(mime, None)
 
 
-#: A source notebook's link to a manual page (``notebooks/`` -> ``../docs/page.md#anchor``, what JupyterLab and GitHub
-#: follow); the executed copy is a page of the site at ``notebooks/<name>/``, whose manual pages sit at ``../../page/``.
+#: A source notebook's link to a manual page, relative to ``notebooks/`` (``../docs/`` + page + ``.md`` + anchor:
+#: what JupyterLab and GitHub follow); the executed copy is a page of the site at ``notebooks/<name>/``, whose
+#: manual pages sit at ``../../<page>/``.
 DOCS_LINK = re.compile(r"\]\(\.\./docs/([\w/-]+)\.md(#[\w-]+)?\)")
 
 
