@@ -432,6 +432,10 @@ def amp_loop(fn: Callable, dtype: str = "bf16", steps: int = 8) -> list[float]:
     return losses
 
 
+def train_bf16(fn: Callable, steps: int = 8) -> list[float]:
+    """Notebook 02's exercise: the learner's bf16 loop against the lab's bf16 run (:func:`amp_loop`)."""
+    return amp_loop(fn, "bf16", steps)
+
 # ------------------------------------------------------------------ 00 tour and 06 ablations (issue 46)
 def median_step(fn: Callable, result: Any) -> float:
     """The learner's ``fn(total_ms, warmup_steps)`` against :attr:`lab.result.RunResult.median_step_ms` on
