@@ -82,9 +82,10 @@ def cpu_signature() -> str | None:
             f" stepping {fields.get('stepping', '?')}")
 
 
-#: Paths whose changes do not make a checkout "dirty": benchmark results written into it are outputs, not
-#: code. Without this every benchmark after the first in a `make bench` stamped itself dirty.
-OUTPUT_PATHS = ("benchmarks/results",)
+#: Paths whose changes do not make a checkout "dirty": benchmark results and the notebooks' executed copies written
+#: into it are outputs, not code. Without this every benchmark after the first in a `make bench` stamped itself
+#: dirty, and so did every notebook after the first in a `make notebooks-docs` (the copies written before it).
+OUTPUT_PATHS = ("benchmarks/results", "docs/notebooks")
 
 
 def git_state(root: Path) -> tuple[str, bool | None]:

@@ -35,6 +35,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -131,6 +132,23 @@ def strip_outputs(nb: Any) -> None:
             if data:
                 for mime in DROPPED_MIMES:
                     data.pop(mime, None)
+
+
+#: A source notebook's link to a manual page, relative to ``notebooks/`` (``../docs/`` + page + ``.md`` + anchor:
+#: what JupyterLab and GitHub follow); the executed copy is a page of the site at ``notebooks/<name>/``, whose
+#: manual pages sit at ``../../<page>/``.
+DOCS_LINK = re.compile(r"\]\(\.\./docs/([\w/-]+)\.md(#[\w-]+)?\)")
+
+
+def site_links(nb: Any) -> int:
+    """Rewrite the markdown cells' links to ``../docs/*.md`` for the copy's place on the site (mkdocs-jupyter renders a
+    notebook's HTML as it is: nothing rewrites its links); returns how many were rewritten."""
+    n = 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source, k = DOCS_LINK.subn(lambda m: f"](../../{m.group(1)}/{m.group(2) or ''})", cell.source)
+            n += k
+    return n
 
 
 def _kernel_cpu_s(client: Any) -> float | None:
@@ -248,6 +266,7 @@ def publish(src: Path, ex: Execution, out_dir: Path, *, to_png: Callable[[dict],
                   load_after=ex.load_after, contention=info["contention"], sanity=info["sanity"],
                   figures=images["figures"], static_images=images["static"], forced=[*(forced or []), *problems],
                   size=_size())
+    site_links(nb)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(stamp.markdown()))
     nb.metadata["lab_executed"] = stamp.metadata()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -209,3 +209,30 @@ def quantize_blockwise(x: torch.Tensor, qmap: torch.Tensor, block_size: int = 25
 def dequantize_blockwise(codes: torch.Tensor, scales: torch.Tensor, qmap: torch.Tensor) -> torch.Tensor:
     """The values back: each code's map entry times its block's scale, shaped as ``codes``."""
     return (qmap[codes.long()].reshape(scales.numel(), -1) * scales[:, None]).reshape(codes.shape)
+
+# ------------------------------------------------------------------ your own loop (issue 46)
+def train_bf16(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable,
+               loss_fn: Any) -> list[float]:
+    """bf16 mixed precision as the recipe writes it: autocast around forward + loss only, backward and the step
+    outside it, no GradScaler (bf16 has fp32's exponent range)."""
+    losses = []
+    model.train()
+    for x, y in loader:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+# ------------------------------------------------------------------ 00 tour and 06 ablations (issue 46)
+def median_step(total_ms: Sequence[float], warmup_steps: int) -> float:
+    """The median of the step times after the warm-up steps (an even count: the mean of the two middle ones)."""
+    return float(np.median(np.asarray(total_ms[warmup_steps:], dtype=float)))
+
+
+def interaction(joint: float, a: float, b: float) -> float:
+    """A 2-way interaction: the stack's speedup over the product of the singles' (above 1: they compound)."""
+    return joint / (a * b)

@@ -350,3 +350,35 @@ def test_force_renders_on_a_busy_machine_saying_so_and_a_tree_that_changes_mid_r
     assert len(calls) == 1 and any("started on a busy machine" in r for r in calls[0])
     assert "no static images" in " ".join(calls[0]) and "FORCED" in said
     assert "files changed: stray.txt" in said and "stopping before" in said
+
+
+def test_a_link_to_the_manual_is_rewritten_for_the_copys_place_on_the_site() -> None:
+    from lab.teach.render import site_links
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("an [A/A](../docs/glossary.md#aa) test, [the recipe](../docs/recipe.md), "
+                                      "[elsewhere](https://example.org/x.md)"),
+        nbformat.v4.new_code_cell("print('[x](../docs/glossary.md#aa)')")])  # code is left as it is
+    assert site_links(nb) == 2
+    assert nb.cells[0].source == ("an [A/A](../../glossary/#aa) test, [the recipe](../../recipe/), "
+                                  "[elsewhere](https://example.org/x.md)")
+    assert nb.cells[1].source == "print('[x](../docs/glossary.md#aa)')"
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
+def test_every_link_to_the_manual_names_a_page_and_anchor_that_exist(src: Path) -> None:
+    import re
+
+    from lab.teach.render import DOCS_LINK
+
+    text = "".join("".join(c["source"]) for c in json.loads(src.read_text(encoding="utf-8"))["cells"]
+                   if c["cell_type"] == "markdown")
+    for page, anchor in DOCS_LINK.findall(text):
+        doc = ROOT / "docs" / f"{page}.md"
+        assert doc.is_file(), f"{src.name} links to docs/{page}.md, which does not exist"
+        if anchor:
+            body = doc.read_text(encoding="utf-8")
+            slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")  # MkDocs' heading ids
+                     for h in re.findall(r"^#+ (.*)$", body, re.M)}
+            assert f'id="{anchor[1:]}"' in body or anchor[1:] in slugs, \
+                f"{src.name} links to docs/{page}.md{anchor}: no such anchor there"

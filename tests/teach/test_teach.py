@@ -60,8 +60,26 @@ def _linear_codes(x, qmap, block_size=256):  # absmax int8 on an even grid, not 
 def _one_scale(x, qmap, block_size=256):  # per-tensor absmax: one scale for all blocks
     return S.quantize_blockwise(x, qmap, x.numel())
 
+class _TourRun:  # what checks.median_step reads of a RunResult
+    step_times_ms, warmup_steps, median_step_ms = {"total": [30.0, 20.0, 5.0, 1.0, 2.0, 3.0, 4.0]}, 2, 3.0
+
+
+def _fp32_loop(model, optimizer, loader, loss_fn):  # the recipe's loop without autocast
+    losses = []
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
 
 CASES = {  # name: (check with the reference, check with a wrong answer)
+    "median_step": (lambda: C.median_step(S.median_step, _TourRun()),
+                    lambda: C.median_step(lambda t, w: S.median_step(t, 0), _TourRun())),  # warm-up left in
+    "interaction": (lambda: C.interaction(S.interaction, None, ["workers2", "bf16"]),
+                    lambda: C.interaction(lambda j, a, b: j - a - b + 1, None, ["workers2", "bf16"])),
     "prefetch": (lambda: C.prefetch(S.prefetch), lambda: C.prefetch(_wrong_prefetch)),
     "prefetch-unbounded": (lambda: C.prefetch(S.prefetch, 1), lambda: C.prefetch(_unbounded_prefetch, 1)),
     "wait_fraction": (lambda: C.wait_fraction(S.wait_fraction, STEPS),
@@ -70,6 +88,8 @@ CASES = {  # name: (check with the reference, check with a wrong answer)
                    lambda: C.bf16_round(lambda x: (x.view(torch.int32) & -65536).view(torch.float32))),  # truncation
     "next_loss_scale": (lambda: C.next_loss_scale(S.next_loss_scale),
                         lambda: C.next_loss_scale(lambda s, inf, g, n: S.next_loss_scale(s, inf, g, n + 1))),
+    "train_bf16": (lambda: C.train_bf16(S.train_bf16, steps=4),  # more wrong loops: tests/teach/test_own_loop.py
+                   lambda: C.train_bf16(_fp32_loop, steps=4)),
     "global_masks": (lambda: C.global_masks(S.global_masks),
                      lambda: C.global_masks(lambda ws, a: {n: S.global_masks({n: w}, a)[n] for n, w in ws.items()})),
     "per_layer_amounts": (
