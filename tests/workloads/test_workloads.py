@@ -420,7 +420,7 @@ def test_ddp_ranks_load_the_spec_themselves(user_file):
     path, _ = user_file
     res = run(RunConfig(workload=f"{path}:make", size="tiny", max_steps=3, warmup_steps=1, latency_repeats=0,
                         threads=1).with_overrides(**{"ddp.world_size": 2, "ddp.timeout_s": 60}))
-    assert res.status == "ok" and res.details["ddp"]["world_size"] == 2
+    assert res.status == "ok" and res.details["distributed"]["world_size"] == 2
 
 
 class _Pairs(Dataset):
