@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lab.ablation import jobs
 from lab.ablation.summary import AA_ARM, AXES, summarize
-from lab.config import RunConfig
+from lab.config import RunConfig, load_workload
 from lab.loop import raise_if_interrupted
 from lab.measure import environment_stamp
 from lab.result import RunResult, new_run_id, utc_now_iso
@@ -52,8 +52,10 @@ class Ablation:
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or "#" in self.name:
             raise ValueError(f"Ablation.name={self.name!r} is invalid: allowed: a non-empty name without ':' or '#'")
+        # the runs are prepared here: a workload spec is loaded, so the key and every label name the workload
+        self.baseline = load_workload(self.baseline)
         self.arms = {"baseline": self.baseline,
-                     **{k: v for k, v in self.arms.items() if k not in ("baseline", AA_ARM)}}
+                     **{k: load_workload(v) for k, v in self.arms.items() if k not in ("baseline", AA_ARM)}}
         if len(self.arms) < 2:
             raise ValueError(f"Ablation.arms has {len(self.arms) - 1} arms besides the baseline: allowed: >= 1")
         if self.aa:
