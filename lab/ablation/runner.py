@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lab.ablation import jobs
+from lab import jobs
 from lab.ablation.summary import AA_ARM, AXES, summarize
 from lab.config import RunConfig, load_workload
 from lab.loop import raise_if_interrupted
@@ -153,10 +153,10 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
     """Run every (arm, repeat, seed) interleaved, store each as it finishes, skip those already in
     ``store``, and return :func:`summarize`'s table. A failing arm becomes an error row; the rest run.
 
-    With a ``store`` the ablation holds its key's lock (:mod:`lab.ablation.jobs`) while it runs: a second
-    run of the same key elsewhere is refused (:class:`~lab.ablation.jobs.AlreadyRunning`) instead of
+    With a ``store`` the ablation holds its key's lock (:mod:`lab.jobs`) while it runs: a second
+    run of the same key elsewhere is refused (:class:`~lab.jobs.AlreadyRunning`) instead of
     storing duplicate runs, its progress is the job's state, and a Cancel request stops it before the next
-    step (:class:`~lab.ablation.jobs.Cancelled`; the run in flight is not stored). ``job_token``: the lock
+    step (:class:`~lab.jobs.Cancelled`; the run in flight is not stored). ``job_token``: the lock
     was claimed by a launcher (the dashboard) and is adopted here.
 
     ``progress`` gets ``{"phase": "ablation", "done", "total", "arm", "repeat", "seed", "skipped"}``

@@ -345,7 +345,7 @@ def stored_table(store: ResultStore, workload: str, size: str) -> tuple[pd.DataF
     """(table, ablation key) of the last finished ablation of ``workload`` at ``size`` in ``store`` (the table the
     Ablation tab draws for it: :func:`lab.ablation.summarize` of its stored runs), or (None, None)."""
     from lab.ablation import from_spec, load_ablation, summarize
-    from lab.ablation.jobs import latest_done
+    from lab.jobs import latest_done
 
     job = latest_done(store, workload, size)
     if job is None:

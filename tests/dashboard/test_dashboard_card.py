@@ -26,7 +26,7 @@ def _card_text(at: AppTest) -> str:
 def test_the_card_leads_with_the_stored_ablations_answer_and_its_code(private_store, toy_workload, busy):
     """A new session opens on the last ablation's workload and size (the sidebar says what the page shows), skips
     a later Doctor verification as "the last ablation", and draws the card ``python -m lab recommend`` prints."""
-    from lab.ablation import jobs
+    from lab import jobs
 
     with ResultStore(private_store) as store:
         ab = planted_ablation(store, toy_workload.name, busy=busy)
