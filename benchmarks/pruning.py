@@ -33,6 +33,7 @@ from torch import nn
 
 from lab import RunConfig, run
 from lab.measure import bootstrap_ratio_ci, error_text, interleaved_ms, median, sync_for
+from lab.result import section
 
 #: Channel fraction giving ~2x fewer MACs: a conv's cost scales with (1-a)^2; in DLRM only the MLPs shrink.
 STRUCTURED_AMOUNT = {"vision": 0.3, "ctr": 0.6}
@@ -68,17 +69,18 @@ def workload_figures(workload: str, res: dict[str, list]) -> list[dict]:
     base_m = median([r.metric for r in res["base"]])
     figs = []
     for arm, label in (("l1_50", "L1 50 %"), ("l1_90", "L1 90 %")):
-        inf = [r.details["prune"]["inference"] for r in res[arm]]
+        pruned = [section(r, "pruning") for r in res[arm]]
+        inf = [p["inference"] for p in pruned]
         a = [x for i in inf for x in i["dense_ms"]]
         b = [x for i in inf for x in i["pruned_ms"]]
         s, lo, hi = bootstrap_ratio_ci(a, b)
         figs.append(figure(f"{workload}: {label} inference speedup", s, unit="x", ci=(lo, hi),
                            goal="~1.0x, reported honestly (0.8-1.25)", met=0.8 <= s <= 1.25,
-                           note=f"MACs ratio if zeros were skipped {res[arm][0].details['prune']['macs_ratio']:.2f}x"))
-    p90 = res["l1_90"][0].details["prune"]
+                           note=f"MACs ratio if zeros were skipped {pruned[0]['macs_ratio']:.2f}x"))
+    p90 = section(res["l1_90"][0], "pruning")
     figs.append(figure(f"{workload}: L1 90 % CSR checkpoint / dense", p90["bytes_sparse_format"] / p90["bytes"],
                        unit="x", note="int32-index CSR; dense checkpoint unchanged by masks"))
-    ch = [r.details["prune"] for r in res["channels"]]
+    ch = [section(r, "pruning") for r in res["channels"]]
     macs = median([c["macs_ratio"] for c in ch])
     s, lo, hi = bootstrap_ratio_ci([x for c in ch for x in c["inference"]["dense_ms"]],
                                    [x for c in ch for x in c["inference"]["pruned_ms"]])
@@ -93,7 +95,7 @@ def workload_figures(workload: str, res: dict[str, list]) -> list[dict]:
     gain = _pt(median([r.metric for r in res["gradual_80"]]) - median([r.metric for r in res["oneshot_80"]]))
     figs.append(figure(f"{workload}: gradual - one-shot at 80 % ({metric})", gain, unit="pt", goal=">= 1 pt",
                        met=gain >= 1.0, note="equal epochs: training + 1 fine-tune epoch"))
-    steps = [r.details["prune"].get("train_step_speedup") for r in res["channels"]]
+    steps = [section(r, "pruning").get("train_step_speedup") for r in res["channels"]]
     if all(steps):
         figs.append(figure(f"{workload}: channels training-step speedup", median(steps), unit="x",
                            note="fine-tune step vs main-training step, same run, not interleaved"))

@@ -5,7 +5,7 @@ runs, one per loader), the Machine tab its card and the Doctor tab its diagnosis
 in the Streamlit script.
 
 Why the store and not ``st.session_state``: a reload is a new session and a double click is two reruns;
-only the store (:mod:`lab.ablation.jobs`) is shared by all of them and by the worker process, so it is the
+only the store (:mod:`lab.jobs`) is shared by all of them and by the worker process, so it is the
 one place that knows whether a job is running and how far it got.
 """
 
@@ -20,12 +20,13 @@ from typing import Any
 import _shared
 import streamlit as st
 
-from lab import ResultStore
-from lab.ablation import jobs, load_ablation, summarize
+from lab import ResultStore, jobs
+from lab.ablation import load_ablation, summarize
 from lab.ablation.runner import from_spec
-from lab.ablation.worker import BATCH, MACHINE, log_path
-from lab.ablation.worker import start as start_worker
+from lab.ablation.worker import BATCH, MACHINE, WORKER
 from lab.doctor import jobs as doctor_jobs
+from lab.jobs.launch import log_path
+from lab.jobs.launch import start as start_worker
 
 #: Seconds between progress refreshes while a job runs.
 REFRESH_S = 1.0
@@ -45,7 +46,7 @@ class Lane:
     prefix: str
     noun: str
     button: str  # what starts one
-    worker: str = "lab.ablation.worker"  # the ``python -m`` module that runs the lane's jobs
+    worker: str = WORKER  # the ``python -m`` module that runs the lane's jobs
 
     @property
     def key(self) -> str:

@@ -14,7 +14,7 @@ import _lifecycle
 import _shared
 import streamlit as st
 
-from lab.ablation import jobs
+from lab import jobs
 from lab.config import SIZES
 from lab.recipes import RECIPES
 from lab.registry import OPTIONS

@@ -7,8 +7,6 @@ crossover map predicted for each arm beside what the ablation measured (:func:`s
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import _shared
@@ -37,7 +35,6 @@ from lab.plots.tables import why_lines
 from lab.plots.versus import versus_figure, versus_table
 
 #: Overrides the map (the same variable the "Where does it pay?" page reads).
-MAP_ENV_VAR = "LAB_CROSSOVER_JSON"
 
 
 def table_height(n_rows: int, cap: int = 720) -> int:
@@ -177,7 +174,7 @@ def this_machine_map() -> tuple[dict[str, Any] | None, str]:
     """(this hardware id's crossover map or None, where it was looked for or why it is unusable). Only this
     machine's map: another machine's predictions say nothing about the speedups measured here."""
     hw = environment_stamp()["hardware_id"]
-    path = Path(os.environ.get(MAP_ENV_VAR) or crossover_path(hw))
+    path = crossover_path()  # this machine's map, or $LAB_CROSSOVER_JSON's
     if not path.exists():
         return None, (f"No crossover map for this hardware id ({hw}) at `{path}`: run `python -m lab crossover "
                       f"--quick --json {path}` to see the map's predictions beside these measurements.")

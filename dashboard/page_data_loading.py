@@ -14,8 +14,7 @@ import _shared
 import _sidebar
 import streamlit as st
 
-from lab import RunConfig
-from lab.ablation import jobs
+from lab import RunConfig, jobs
 from lab.ablation.worker import batch_results, batch_spec
 from lab.config import DataConfig
 from lab.plots.data import loader_row, phase_bars, wait_timeline

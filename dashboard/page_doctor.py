@@ -18,19 +18,18 @@ import _lifecycle
 import _shared
 import streamlit as st
 
-from lab import ResultStore, RunConfig
-from lab.ablation import jobs
+from lab import ResultStore, RunConfig, jobs
 from lab.config import SIZES
 from lab.doctor.jobs import diagnose_spec, verify_spec
 from lab.doctor.risk import NOTHING_PAYS
 from lab.doctor.stored import StoredDiagnosis, diagnosis_by_id
 from lab.doctor.verification import summary_lines
 from lab.plots.doctor import (
-                              diagnosis_table,
-                              op_class_bars,
-                              predicted_vs_measured,
-                              prescription_bars,
-                              verification_table,
+    diagnosis_table,
+    op_class_bars,
+    predicted_vs_measured,
+    prescription_bars,
+    verification_table,
 )
 from lab.registry import OPTIONS
 

@@ -14,7 +14,8 @@ import _shared
 import pandas as pd
 import streamlit as st
 
-from lab.ablation import from_spec, jobs, load_stored, stored_ablations, summarize, verdict
+from lab import jobs
+from lab.ablation import from_spec, load_stored, stored_ablations, summarize, verdict
 from lab.ablation.memory_trade import carries_memory, format_memory, from_ablation
 from lab.ablation.project import format_projection, project_arms, projection_rows, seeds_way
 from lab.plots.memory import memory_vs_time

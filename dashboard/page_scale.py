@@ -22,7 +22,8 @@ import streamlit as st
 
 from lab.crossover import build_map, load_map, load_study, place, place_workload
 from lab.crossover.versus import applies
-from lab.measure import environment_stamp, other_machine_note
+from lab.doctor.rates import MAP_ENV_VAR, MAP_FILE, THREADS_ENV_VAR, THREADS_FILE, crossover_path, stored_maps
+from lab.measure import other_machine_note
 from lab.plots.scale import (
     crossover_figure,
     crossover_table,
@@ -44,19 +45,14 @@ def _g3(x: Any) -> Any:
 
 TITLE = "Where does it pay?"
 TAB = "Where it pays"  # the tab row's label, short so the row fits at 1280 px (_pages)
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-ENV_VAR = "LAB_CROSSOVER_JSON"
-THREADS_ENV_VAR = "LAB_CROSSOVER_THREADS_JSON"
 
 
-def find_map(name: str = "crossover.json", env_var: str = ENV_VAR) -> Path | None:
+def find_map(name: str = MAP_FILE, env_var: str = MAP_ENV_VAR) -> Path | None:
     """The file to show: ``$env_var``, this machine's, or the first committed one."""
-    if os.environ.get(env_var):
-        return Path(os.environ[env_var])
-    mine = RESULTS / environment_stamp()["hardware_id"] / name
-    if mine.exists():
-        return mine
-    return next(iter(sorted(RESULTS.glob(f"*/{name}"))), None)
+    path = crossover_path(name=name, env_var=env_var)
+    if path.exists() or os.environ.get(env_var):
+        return path
+    return next(iter(stored_maps(name=name)), None)
 
 
 @st.cache_data(show_spinner=False)
@@ -98,7 +94,7 @@ def _render_threads() -> None:
     st.caption("The map at 1 thread against all cores (what the other cores buy the fp32 step, and which "
                "technique verdicts flip), and on file-backed vision whether a core given to a DataLoader worker "
                "pays more than the same core given to compute, rung by rung.")
-    path = find_map("crossover_threads.json", THREADS_ENV_VAR)
+    path = find_map(THREADS_FILE, THREADS_ENV_VAR)
     if path is None or not path.exists():
         st.info("No threads study yet: run `python benchmarks/crossover_threads.py --quick --json "
                 "benchmarks/results/<hardware-id>/crossover_threads.json` (or `python -m lab threads "

@@ -9,7 +9,8 @@ import _sidebar
 import _views
 import streamlit as st
 
-from lab.ablation import from_spec, jobs, load_stored, pareto_front, stored_ablations, summarize
+from lab import jobs
+from lab.ablation import from_spec, load_stored, pareto_front, stored_ablations, summarize
 from lab.ablation.memory_trade import carries_memory, from_ablation, stored_budget_searches
 from lab.ablation.record import build_record
 from lab.plots import speedup_vs_accuracy

@@ -9,10 +9,10 @@ Public API (re-exports only)::
 The layers, top to bottom, as import-linter checks them (``make quality``; the contracts are in pyproject.toml):
 ``cli`` -> ``plots`` -> ``doctor`` -> ``portable`` -> ``bench`` / ``recipes`` / ``crossover`` -> ``ablation`` ->
 ``train`` -> ``profiling`` -> the technique packages ``compute``, ``data``, ``distributed``, ``memory``,
-``precision``, ``pruning``, ``quant`` -> ``context`` -> ``technique`` -> ``timed`` -> ``loop`` -> ``store`` ->
-``result`` -> ``config`` -> ``workloads`` -> ``registry`` -> ``measure``. A module imports only from its own layer
-or below; the modules of one layer (``/``, and the technique packages) do not import each other, and no package's
-modules import in a circle.
+``precision``, ``pruning``, ``quant`` -> ``context`` -> ``technique`` -> ``timed`` -> ``loop`` / ``jobs`` ->
+``store`` -> ``result`` -> ``config`` -> ``workloads`` -> ``registry`` -> ``measure``. A module imports only from
+its own layer or below; the modules of one layer (``/``, and the technique packages) do not import each other,
+and no package's modules import in a circle.
 ``teach`` (the notebooks' helpers) is outside the layers and unchecked, as is ``dashboard`` outside the package.
 Start with notebooks/00_tour.ipynb; ``python -m lab --help`` for the command line.
 """

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lab.config import RunConfig
+from lab.config import RunConfig, load_workload
 from lab.loop import FitStats, Loader, ProgressFn, StepHook, StepPolicy, fit, make_optimizer, to_device
 from lab.measure import environment_stamp
 from lab.result import RunResult, new_run_id, timeline, utc_now_iso
@@ -227,6 +227,7 @@ def prepare(cfg: RunConfig, *, progress: ProgressFn | None = None,
     ctx.fit(model, epochs=ctx.resolved.epochs, lr=ctx.resolved.lr)``."""
     chain = default_chain() if techniques is None else techniques
     started = time.time()
+    cfg = load_workload(cfg)  # a workload spec imported (and recorded as the name it registers) here
     r = resolve(cfg)
     result = RunResult(run_id=new_run_id(), config=cfg.to_dict(), env={}, workload=cfg.workload,
                        started_at=utc_now_iso(), metric_name=r.workload.metric_name,

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lab.config import FAMILIES as CONFIG_FAMILIES
-from lab.config import RunConfig
+from lab.config import RunConfig, load_workload
 from lab.context import resolve
 from lab.measure import environment_stamp
 from lab.recipes import combine
@@ -144,6 +144,7 @@ def build(cfg: RunConfig, *, techniques: Sequence[str] = (), run: RunResult | No
     it. Raises ``ValueError`` (:class:`~lab.technique.NotPortable` among them) for what cannot run here or cannot
     be written out."""
     chain = default_chain() if chain is None else chain
+    cfg = load_workload(cfg)  # a stored run's workload spec, imported to write its script
     chain.check(cfg)  # what the lab would refuse to run is not handed out as "what the lab measured"
     parts = {t.name: p for t in chain if (p := t.portable(cfg, run)) is not None}
     for place in SINGLE:

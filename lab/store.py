@@ -203,7 +203,7 @@ class ResultStore:
 
     def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One write transaction on the store's connection, for modules that keep their own small table
-        next to ``runs`` (the ablation lock, :mod:`lab.ablation.jobs`)."""
+        next to ``runs`` (the dashboard jobs' lock, :mod:`lab.jobs`)."""
         return self._transaction()
 
     def query(self, sql: str, params: list[Any] | tuple = ()) -> list[tuple]:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from lab import measure
-from lab.config import RunConfig
+from lab.config import RunConfig, load_workload
 from lab.context import TrainContext, prepare, resolve_device
 from lab.loop import ProgressFn, to_device
 from lab.profiling import capture_training_profile, profile_run
@@ -31,7 +31,9 @@ from lab.workloads.contract import check_contract
 
 def check(cfg: RunConfig, techniques: TechniqueChain | None = None) -> None:
     """What the config asks of this machine (CUDA present, a backend, a workload with fast kernels), before any
-    data is made or any rank spawned. Config values are checked by :class:`lab.config.RunConfig` itself."""
+    data is made or any rank spawned. Config values are checked by :class:`lab.config.RunConfig` itself; a
+    workload spec is loaded here (:func:`lab.config.load_workload`), so a bad one fails first."""
+    cfg = load_workload(cfg)
     resolve_device(cfg.device)
     (default_chain() if techniques is None else techniques).check(cfg)
 
@@ -52,6 +54,7 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None, on_error: str = "
     if on_error not in ("raise", "record"):
         raise ValueError(f"on_error={on_error!r} is invalid: allowed: raise, record")
     chain = default_chain() if techniques is None else techniques
+    cfg = load_workload(cfg)  # a spec imported here, where the run is prepared, not when the config was built
     check(cfg, chain)
     launcher = chain.launcher(cfg)  # single process, unless a family's launcher applies (data-parallel)
     meter = measure.ContentionMeter().start()  # was the machine busy while this run was timed?

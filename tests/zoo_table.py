@@ -55,10 +55,10 @@ def effect(r, column: str) -> str:
     if column == "adam8bit":
         return f"state {d['memory']['optimizer_state']}"
     if column == "prune50":
-        return f"sparsity {d['prune']['sparsity_prunable']:.2f}"
+        return f"sparsity {d['pruning']['sparsity_prunable']:.2f}"
     if column == "prune_channels50":
-        shrunk = sum(after < before for before, after in d["prune"]["channels"].values())
-        return f"{shrunk} layer(s) narrower, params {r.param_count}/{d['prune']['params_dense']}"
+        shrunk = sum(after < before for before, after in d["pruning"]["channels"].values())
+        return f"{shrunk} layer(s) narrower, params {r.param_count}/{d['pruning']['params_dense']}"
     if column.startswith("int8"):
         q = d["quant"]
         graph = q["swap"].get("graph", {})
@@ -67,9 +67,9 @@ def effect(r, column: str) -> str:
         text = f"{q['flow']}, {q['swap']['n_swapped']} swapped, {ops}"
         return text + (" (fell back to legacy)" if q.get("flow_fallback") else "")
     if column == "ddp2":
-        return f"world {d['ddp'].get('world_size')}" + (
-            f", made contiguous: {d['ddp']['buffers_made_contiguous']}" if d["ddp"].get("buffers_made_contiguous")
-            else "")
+        ddp = d["distributed"]
+        return f"world {ddp.get('world_size')}" + (
+            f", made contiguous: {ddp['buffers_made_contiguous']}" if ddp.get("buffers_made_contiguous") else "")
     return ""
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lab.ablation.summary import AA_ARM, AXES, SPEED_AXIS, stored_latency_key
 from lab.measure import bootstrap_ratio_ci, median
 from lab.precision import not_applicable_reason
-from lab.result import RunResult
+from lab.result import RunResult, section
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -210,7 +210,7 @@ def _why(text: Any) -> tuple[str, ...]:
 
 def _pooled_paired(runs: Sequence[RunResult], key: str) -> tuple[Ratio | None, str]:
     """The arm's own same-process inference comparison at ``key``, pooled over its runs: int8 against its float
-    model (``details["quant"]["latency"]``) or pruned against dense (``details["prune"]["inference"]``)."""
+    model (``details["quant"]["latency"]``) or pruned against dense (``details["pruning"]["inference"]``)."""
     ref: list[float] = []
     arm: list[float] = []
     what = ""
@@ -225,7 +225,7 @@ def _pooled_paired(runs: Sequence[RunResult], key: str) -> tuple[Ratio | None, s
             what = ("int8 compiled vs fp32 compiled the same way (same process, interleaved)"
                     if ref_key == "fp32_compiled" else "int8 vs its own float model (same process, interleaved)")
             continue
-        inf = (r.details.get("prune") or {}).get("inference") or {}
+        inf = section(r, "pruning").get("inference") or {}
         if inf.get("dense_ms") and inf.get("pruned_ms") and f"batch_{inf.get('batch')}" == key:
             ref += list(inf["dense_ms"])
             arm += list(inf["pruned_ms"])
@@ -285,8 +285,8 @@ def build_record(df: pd.DataFrame, runs: dict[str, list[RunResult]] | None = Non
         macs = (_ratio(base_macs / macs_, better="fewer", worse="more")
                 if other and _finite(base_macs) and _finite(macs_) and macs_ else None)
         mine = ok_runs.get(arm, [])
-        skipped = [float(r.details["prune"]["macs_ratio"]) for r in mine
-                   if _finite((r.details.get("prune") or {}).get("macs_ratio"))]
+        skipped = [float(section(r, "pruning")["macs_ratio"]) for r in mine
+                   if _finite(section(r, "pruning").get("macs_ratio"))]
         paired, what = _pooled_paired(mine, key) if "inference" in axes else (None, "")
         error = row.get("error") if isinstance(row.get("error"), str) else None
         arms[arm] = ArmRecord(

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lab.ablation import jobs
+from lab import jobs
 from lab.ablation.summary import AA_ARM, AXES, summarize
-from lab.config import RunConfig
+from lab.config import RunConfig, load_workload
 from lab.loop import raise_if_interrupted
 from lab.measure import environment_stamp
 from lab.result import RunResult, new_run_id, utc_now_iso
@@ -52,8 +52,10 @@ class Ablation:
     def __post_init__(self) -> None:
         if not self.name or ":" in self.name or "#" in self.name:
             raise ValueError(f"Ablation.name={self.name!r} is invalid: allowed: a non-empty name without ':' or '#'")
+        # the runs are prepared here: a workload spec is loaded, so the key and every label name the workload
+        self.baseline = load_workload(self.baseline)
         self.arms = {"baseline": self.baseline,
-                     **{k: v for k, v in self.arms.items() if k not in ("baseline", AA_ARM)}}
+                     **{k: load_workload(v) for k, v in self.arms.items() if k not in ("baseline", AA_ARM)}}
         if len(self.arms) < 2:
             raise ValueError(f"Ablation.arms has {len(self.arms) - 1} arms besides the baseline: allowed: >= 1")
         if self.aa:
@@ -151,10 +153,10 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
     """Run every (arm, repeat, seed) interleaved, store each as it finishes, skip those already in
     ``store``, and return :func:`summarize`'s table. A failing arm becomes an error row; the rest run.
 
-    With a ``store`` the ablation holds its key's lock (:mod:`lab.ablation.jobs`) while it runs: a second
-    run of the same key elsewhere is refused (:class:`~lab.ablation.jobs.AlreadyRunning`) instead of
+    With a ``store`` the ablation holds its key's lock (:mod:`lab.jobs`) while it runs: a second
+    run of the same key elsewhere is refused (:class:`~lab.jobs.AlreadyRunning`) instead of
     storing duplicate runs, its progress is the job's state, and a Cancel request stops it before the next
-    step (:class:`~lab.ablation.jobs.Cancelled`; the run in flight is not stored). ``job_token``: the lock
+    step (:class:`~lab.jobs.Cancelled`; the run in flight is not stored). ``job_token``: the lock
     was claimed by a launcher (the dashboard) and is adopted here.
 
     ``progress`` gets ``{"phase": "ablation", "done", "total", "arm", "repeat", "seed", "skipped"}``

@@ -41,7 +41,7 @@ import numpy as np
 
 from lab.ablation import target as target_
 from lab.measure import CEILING_KEYS, bootstrap_ratio_ci, config_parts, median, speedup_vs_ceiling, spread
-from lab.result import RunResult
+from lab.result import RunResult, section
 from lab.technique import AXES
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ COLUMNS = [
 def end_to_end_train_s(result: RunResult) -> float:
     """Training loop + pruning fine-tune + QAT fine-tune + the ``auto`` precision probe: what a technique
     really costs to train."""
-    extra = (result.details.get("prune", {}).get("finetune", {}).get("time_s", 0.0)
+    extra = (section(result, "pruning").get("finetune", {}).get("time_s", 0.0)
              + result.details.get("quant", {}).get("qat", {}).get("time_s", 0.0)
              + result.details.get("precision", {}).get("auto", {}).get("probe_s", 0.0))
     return float(result.train_time_s) + float(extra)

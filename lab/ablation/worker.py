@@ -1,5 +1,5 @@
-"""The background worker of a dashboard job: ``python -m lab.ablation.worker --store DB --key KEY
---token TOKEN`` rebuilds the job from its row (:mod:`lab.ablation.jobs`), adopts the lock its launcher
+"""The background worker of the dashboard's ablation lane: ``python -m lab.ablation.worker --store DB --key KEY
+--token TOKEN`` rebuilds the job from its row (:mod:`lab.jobs`), adopts the lock its launcher
 claimed and runs it; progress, heartbeat, cancel and the final status go through the store. A job is an
 ablation (its spec from :func:`~lab.ablation.runner.to_spec`), a batch (:func:`batch_spec`: named runs,
 each stored as it ends under ``batch:<key>:<name>``, their run ids in the job's state; the dashboard's
@@ -22,51 +22,30 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from lab.ablation import jobs
+from lab import jobs
 from lab.ablation.runner import RunFn, _error_result, _Progress, from_spec, run_ablation
 from lab.config import RunConfig
+from lab.jobs import launch
 from lab.result import RunResult
 from lab.store import ResultStore, config_hash
 from lab.train import run
 
+#: The ``python -m`` module that runs this lane's jobs (:func:`lab.jobs.launch.start`'s ``module``).
+WORKER = "lab.ablation.worker"
 #: The job kind of a batch of named runs (``spec["kind"]``).
 BATCH = "batch"
 #: The job kind of a machine-card measurement (:func:`machine_spec`; the dashboard's Machine page).
 MACHINE = "machine_card"
 
 
-def log_path(store_path: str | os.PathLike[str], token: str) -> Path:
-    """Where the worker of the job with ``token`` writes its stderr (what a page shows when it died):
-    ``logs/worker-<token>.log`` beside the results store (``results/logs/`` for ``results/lab.sqlite``).
-
-    Why beside the store and not the system temp folder: the log belongs to the results it explains (it
-    travels, and is cleaned, with them; a temp folder is emptied at reboot and shared by every user), and the
-    store's path is the one thing the dashboard and its worker already agree on. An in-memory store has no
-    folder: its workers' logs go to the temp folder."""
-    where = str(store_path)
-    folder = Path(tempfile.gettempdir()) if where in ("", ":memory:") else Path(where).resolve().parent / "logs"
-    return folder / f"worker-{token[:12]}.log"
-
-
-def start(store_path: str | os.PathLike[str], key: str, token: str,
-          module: str = "lab.ablation.worker") -> subprocess.Popen:
-    """Launch the worker for a claimed job (the caller holds ``token``) in its own session, so it
-    outlives a script rerun; its stderr goes to :func:`log_path`. ``module``: the ``python -m`` entry that runs
-    the job's kind (a job of a layer above this one, the doctor's, has its own: :mod:`lab.doctor.jobs`)."""
-    log = log_path(store_path, token)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    root = str(Path(__file__).resolve().parents[2])  # the checkout (or site-packages) that holds ``lab``
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    with open(log, "wb") as err:
-        return subprocess.Popen([sys.executable, "-m", module, "--store", str(store_path),
-                                 "--key", key, "--token", token], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+def start(store_path: str | os.PathLike[str], key: str, token: str) -> subprocess.Popen:
+    """Launch this worker for a claimed ablation, batch or machine-card job (:func:`lab.jobs.launch.start` with
+    this module)."""
+    return launch.start(store_path, key, token, module=WORKER)
 
 
 def batch_spec(name: str, configs: dict[str, RunConfig]) -> tuple[str, dict[str, Any]]:
@@ -86,7 +65,7 @@ def run_batch(store: ResultStore, key: str, token: str | None = None, spec: dict
     """Run a batch job's configs under its lock (claimed here, or adopted with the launcher's ``token``),
     each stored as it ends; the job's state carries ``runs`` (name -> run id) and the progress the pages
     show (run i/n, the run's name as ``arm``, step, time left). A failing run is an error row; Cancel stops
-    before the next step (:class:`~lab.ablation.jobs.Cancelled`; the run in flight is not stored)."""
+    before the next step (:class:`~lab.jobs.Cancelled`; the run in flight is not stored)."""
     if spec is None:
         row = jobs.job(store, key)
         spec = row["spec"] if row is not None else None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -175,8 +174,7 @@ def _print_versus(df: Any, base: RunConfig) -> None:
     the map was right before trusting it on a model of their own."""
     from lab.crossover.versus import versus_lines
     from lab.doctor.rates import crossover_path
-    from lab.measure import environment_stamp
 
-    path = Path(os.environ.get("LAB_CROSSOVER_JSON") or crossover_path(environment_stamp()["hardware_id"]))
+    path = crossover_path()  # this machine's map, or $LAB_CROSSOVER_JSON's
     print("\n".join(versus_lines(df, base.workload_spec or base.workload, path, size=base.size,
                                  model_scale=base.model_scale)))

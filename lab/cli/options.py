@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lab.config import FAMILIES, RunConfig
+from lab.config import FAMILIES, RunConfig, load_workload
 
 
 class UsageError(Exception):
@@ -34,7 +34,8 @@ def config_from_args(args: argparse.Namespace, *, defaults: dict[str, Any] | Non
     keys = {f.name for f in dataclasses.fields(RunConfig) if f.name not in FAMILIES}
     keys |= {f"{fam}.{f.name}" for fam, cls in FAMILIES.items() for f in dataclasses.fields(cls)}
     overrides = {k: v for k, v in vars(args).items() if k in keys}
-    return RunConfig().with_overrides(**{**(defaults or {}), **overrides})
+    # the workload spec loaded now: a bad one is one line before any work (a RunConfig itself imports nothing)
+    return load_workload(RunConfig().with_overrides(**{**(defaults or {}), **overrides}))
 
 
 def store_flags(parser: argparse.ArgumentParser | Any, help_text: str) -> None:

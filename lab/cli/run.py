@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lab.result import format_result
+    from lab.result import format_result, section
     from lab.store import ResultStore
     from lab.train import run
 
@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
             bar = None
-        if result.details.get("ddp", {}).get("rank", 0) != 0:
+        if section(result, "distributed").get("rank", 0) != 0:
             return 0 if result.status == "ok" else 1
         if found is not None:
             from lab.ablation.memory_budget import run_peak_mb

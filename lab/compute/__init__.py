@@ -10,7 +10,7 @@ Each compiled run starts from ``torch._dynamo.reset()``: Dynamo caches graphs pe
 process, so without it the second compile arm of an ablation reused the first one's graphs and trained
 seconds faster than the first, a repeat-to-repeat difference that was only the cache (inductor's on-disk
 caches still make a later compile of the same graph cheaper, as they would for a user). The compile cost is
-recorded apart, ``details["compile"]``: the first step's excess over the median step (``compile_s``), the
+recorded apart, ``details["compute"]``: the first step's excess over the median step (``compile_s``), the
 graphs compiled and the graph breaks; a recompile after the warm-up shows there as more graphs.
 
 ``--profile`` of a compiled run profiles the *compiled* step (:data:`PROFILE_KERNEL_OPTIONS`): before, it
@@ -105,10 +105,10 @@ class Compute(Technique):
             dropout = dropout_modules(model)
 
             def record(stats: FitStats) -> None:
-                ctx.result.details["compile"] = compile_record(stats.step_times_ms["total"], before,
+                ctx.result.details["compute"] = compile_record(stats.step_times_ms["total"], before,
                                                                compile_counters())
                 if guard:
-                    ctx.result.details["compile"]["guard"] = guard
+                    ctx.result.details["compute"]["guard"] = guard
                 if dropout:
                     ctx.result.why.append(RNG_STREAM_WHY.format(n=dropout))
 

@@ -52,8 +52,11 @@ OPTIMIZERS = ("adam", "sgd")
 class RunConfig:
     """Everything that defines one training run. ``None`` for epochs/batch_size/lr means the workload's
     default for the chosen size, so the same config works across sizes. ``workload`` is a registered name
-    or a spec (``module:NAME``, ``file.py:NAME``); a spec is loaded here, ``workload`` becomes the registered
-    name and ``workload_spec`` keeps the spec, so any process (a spawned DDP rank) can load it again."""
+    or a spec (``module:NAME``, ``file.py:NAME``). A spec is not imported here: a config is a value, built
+    and compared without running anyone's code. :func:`load_workload`, called where a run is prepared (the
+    CLI, :func:`lab.train.run`, :func:`lab.context.prepare`, an ablation), imports it and returns the config
+    whose ``workload`` is the registered name and whose ``workload_spec`` keeps the spec, so any process (a
+    spawned DDP rank) can load it again."""
 
     #: Field name -> one line saying what it means (unit where it has one): its flag's help; the CLI adds the
     #: allowed values and the default (:mod:`lab.config.flags`). A ClassVar: not a field, not in the config's hash.
@@ -120,14 +123,7 @@ class RunConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def __post_init__(self) -> None:
-        self._resolve_workload()
-        # A registered name needs no lookup; anything else reads the registry now (user workloads, and
-        # LAB_WORKLOADS loaded on that first lookup, so a broken entry is reported by a run, not an import).
-        names = [] if isinstance(self.workload, str) and registered(self.workload) else list_workloads()
-        if not isinstance(self.workload, str) or (names and self.workload not in names):
-            fail("workload", self.workload, "registered workloads: " + ", ".join(names) + " (or a spec "
-                  "module:NAME / file.py:NAME; a workload registered from Python is unknown to new processes "
-                  "such as DDP ranks: give it as a spec or in LAB_WORKLOADS)")
+        self._check_workload()
         check_choice("size", self.size, SIZES)
         check_int("epochs", self.epochs, lo=1, hi=10_000, optional=True)
         check_int("max_steps", self.max_steps, lo=1, optional=True)
@@ -174,24 +170,26 @@ class RunConfig:
                     fail(what, getattr(self, what), f"is not supported with {why} yet (it checkpoints one "
                          "process's plain training phase)")
 
-    def _resolve_workload(self) -> None:
-        """A spec in ``workload`` is loaded and replaced by the name it registers; a stored ``workload_spec``
-        is loaded when its workload is not registered in this process yet."""
+    def _check_workload(self) -> None:
+        """A registered name, or a spec not loaded yet (:func:`load_workload` loads it): a spec in ``workload``,
+        or a stored ``workload_spec`` whose workload this process has not registered. A name registered from a
+        spec earlier in this process gets that spec (a registry lookup, no import): a spawned rank must load it
+        too, and the config reads the same however it was built."""
         if not isinstance(self.workload, str):
             fail("workload", self.workload, "must be a workload name or a spec string (module:NAME / file.py:NAME)")
         if self.workload_spec is not None and not isinstance(self.workload_spec, str):
             fail("workload_spec", self.workload_spec, "must be a spec string or None")
-        if isinstance(self.workload, str) and is_spec(self.workload):
-            spec, names = self.workload, load_spec(self.workload)
-            if len(names) != 1:
-                fail("workload", spec, f"the spec names {len(names)} workloads ({', '.join(names)}); name one "
-                      "Workload, or put the spec in LAB_WORKLOADS and pass --workload NAME")
-            object.__setattr__(self, "workload", names[0])  # frozen: set once, during validation
-            object.__setattr__(self, "workload_spec", spec)
-        elif self.workload_spec is not None and registered(self.workload) is None:
-            load_spec(self.workload_spec)
-        elif self.workload_spec is None and spec_of(self.workload) is not None:  # named, but from a spec:
+        if is_spec(self.workload) or (self.workload_spec is not None and registered(self.workload) is None):
+            return  # not loaded yet: checked by load_workload, where a run is prepared
+        if self.workload_spec is None and spec_of(self.workload) is not None:  # named, but from a spec:
             object.__setattr__(self, "workload_spec", spec_of(self.workload))  # ranks must load it too
+        # A registered name needs no lookup; anything else reads the registry now (user workloads, and
+        # LAB_WORKLOADS loaded on that first lookup, so a broken entry is reported by a run, not an import).
+        names = [] if registered(self.workload) else list_workloads()
+        if names and self.workload not in names:
+            fail("workload", self.workload, "registered workloads: " + ", ".join(names) + " (or a spec "
+                  "module:NAME / file.py:NAME; a workload registered from Python is unknown to new processes "
+                  "such as DDP ranks: give it as a spec or in LAB_WORKLOADS)")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-safe dict (tuples become lists); :meth:`from_dict` restores an equal config. An unset
@@ -258,6 +256,27 @@ class RunConfig:
     def enabled_families(self) -> list[str]:
         """Names of the technique families this config switches on."""
         return [name for name in FAMILIES if getattr(self, name).enabled]
+
+
+def load_workload(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with its workload loaded: a spec in ``workload`` imported and replaced by the name it registers
+    (``workload_spec`` keeps the spec), a stored ``workload_spec`` imported when this process has not registered
+    its workload; the same config when there is nothing to load. A spec that cannot be imported, or names no
+    single workload, is one ``ValueError`` line, raised before any work.
+
+    Why apart from :class:`RunConfig`: importing a user's file runs their code and fills a process-wide
+    registry, which a value must not do when it is only built, compared or read back from a stored run (the
+    dashboard lists stored runs without importing their workloads). Called where a run is prepared; idempotent."""
+    if is_spec(cfg.workload):
+        spec, names = cfg.workload, load_spec(cfg.workload)
+        if len(names) != 1:
+            fail("workload", spec, f"the spec names {len(names)} workloads ({', '.join(names)}); name one "
+                  "Workload, or put the spec in LAB_WORKLOADS and pass --workload NAME")
+        return dataclasses.replace(cfg, workload=names[0], workload_spec=spec)
+    if cfg.workload_spec is not None and registered(cfg.workload) is None:
+        load_spec(cfg.workload_spec)
+        return dataclasses.replace(cfg)  # checked again, now that its workload is registered
+    return cfg
 
 
 def check_override_keys(overrides: dict[str, Any]) -> None:

@@ -42,6 +42,9 @@ CROSSOVER_KEYS = ("workload", "technique", "axis", "measured_params", "measured_
 FIT_KEYS = ("workload", "technique", "axis", "base_overhead_ms", "base_ms_per_mmac", "tech_overhead_ms",
             "tech_ms_per_mmac", "loo_error")
 #: The ladders a map covers by default: the four built-in families and the dense reference.
+#: The map's file in a machine's results folder (``benchmarks/results/<hardware-id>/``); where that folder is, and
+#: which machine's map a reader wants, :func:`lab.doctor.rates.crossover_path` says.
+MAP_FILE = "crossover.json"
 MAP_WORKLOADS = ("ctr", "sequence", "vision", "transformer", "mlp")
 #: ``--quick``: techniques cheap to build (no compile, no FX calibration, no worker processes) and, per
 #: workload, the four rungs that span >= 100x parameters (ctr's embeddings make its lower rungs close).

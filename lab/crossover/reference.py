@@ -74,8 +74,8 @@ def _plain_infer(model: nn.Module, x: torch.Tensor, *, bf16: bool = False) -> Ar
 
 
 def half_width(model: nn.Module) -> nn.Module:
-    """The same MLP with every hidden width halved (what the issue's plain table called pruning by half):
-    built from the model's own ``nn.Linear`` stack, so it needs no pruning library."""
+    """The same MLP with every hidden width halved (the plain-PyTorch table's "pruning by half", which the goals
+    came from): built from the model's own ``nn.Linear`` stack, so it needs no pruning library."""
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not linears:
         raise ValueError("half_width needs a stack of nn.Linear layers")

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lab.crossover.mapping import agreement
+from lab.crossover.mapping import MAP_FILE, agreement
 from lab.crossover.names import in_current_names
 from lab.goals import gemm_goal, map_row_ceiling
 from lab.result import to_jsonable
@@ -267,7 +267,7 @@ def load_maps(results_root: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """``(hardware id, map)`` for every ``results_root/<hardware-id>/crossover.json`` (the id the map was
     stamped with, the folder's name when it has none); unreadable files are left out."""
     out = []
-    for path in sorted(Path(results_root).glob("*/crossover.json")):
+    for path in sorted(Path(results_root).glob(f"*/{MAP_FILE}")):
         try:
             the_map = json.loads(path.read_text())
         except (OSError, ValueError):

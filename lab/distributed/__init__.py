@@ -9,7 +9,7 @@ N workers; :mod:`.checks` holds the worker functions the tests, notebook and ben
 The family plugs into a run twice (see :mod:`lab.technique`). Its launcher (:class:`DataParallelLauncher`,
 registered in :data:`lab.registry.LAUNCHERS`) starts and ends the run's processes: ``launch`` spawns the ranks,
 ``join`` enters the process group, ``wrap`` wraps the model (after the untrained evaluation), ``unwrap`` unwraps it
-and records ``result.details["ddp"]``, ``leave`` leaves the group. Its technique (:class:`DataParallel`) is what
+and records ``result.details["distributed"]``, ``leave`` leaves the group. Its technique (:class:`DataParallel`) is what
 is per step: ``check`` refuses what cannot run, ``loader_factory`` slices every rank's share of the global batch,
 ``fit_options`` hands the loop the DDP runtime, ``report`` summarises. Taught in
 ``notebooks/05_distributed.ipynb``."""
@@ -33,7 +33,7 @@ from lab.distributed.launch import *  # noqa: F403 - the names in its __all__
 from lab.distributed.launch import check_spawn_world_size, detect_launch, finish, resolve_backend, spawn_run
 from lab.loop import Loader
 from lab.registry import FAMILIES, LAUNCHERS
-from lab.result import RunResult
+from lab.result import RunResult, section
 from lab.technique import PROFILE_PHASE, FitPlan, Launcher, Portable, Technique
 
 __all__ = [*ddp.__all__, *launch.__all__, "DataParallel", "DataParallelLauncher", "LAUNCHER", "PROFILE_PHASE",
@@ -99,7 +99,7 @@ class DataParallelLauncher(Launcher):
         """Unwrap and record ranks, backend, effective batch and bytes per step."""
         if ctx.ddp is None:
             return model
-        ctx.result.details["ddp"] = describe(ctx.ddp, ctx.cfg, ctx.resolved.batch_size, ctx.resolved.lr)
+        ctx.result.details[DataParallel.name] = describe(ctx.ddp, ctx.cfg, ctx.resolved.batch_size, ctx.resolved.lr)
         return unwrap(model)
 
     def leave(self, ctx: TrainContext) -> None:
@@ -147,7 +147,7 @@ class DataParallel(Technique):
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Ranks, effective batch and the share of the step in communication."""
-        rec = result.details.get("ddp", {})
+        rec = section(result, self.name)
         phases = result.phase_medians_ms()
         total = phases.get("total") or float("nan")
         return {"world_size": rec.get("world_size", 1), "effective_batch": rec.get("effective_batch"),

@@ -173,7 +173,7 @@ def setup_for_run(cfg, device: torch.device) -> tuple[DDPRuntime | None, bool]:
 
 
 def describe(runtime: DDPRuntime, cfg, batch_size: int, lr: float) -> dict[str, Any]:
-    """What ran, for ``result.details["ddp"]``: ranks, backend, threads, effective batch and bytes per step.
+    """What ran, for ``result.details["distributed"]``: ranks, backend, threads, effective batch and bytes per step.
 
     The scaling rule is stated, not applied: the effective batch is per-rank batch x world size x accum
     steps; the common linear rule would scale the lr by the same factor (with warm-up), which changes the

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from lab.config import QuantConfig, RunConfig
+from lab.config import QuantConfig, RunConfig, load_workload
 from lab.context import prepare, resolve, resolve_device
 from lab.doctor import model_rates
 from lab.doctor import rates as rates_
@@ -248,6 +248,7 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     ``progress`` gets the profiled run's step events; ``stage`` hears each stage as it starts (``"profile"``,
     ``"calibrate"`` with what it measures, ``"predict"`` with the technique and its number)."""
     stage = stage or _quiet
+    cfg = load_workload(cfg)  # a workload spec imported once, before the profiled run (and named by its name)
     bad = [m for m in measure if m not in MEASURABLE]
     if bad:
         raise ValueError(f"measure={bad} is invalid: allowed: {', '.join(MEASURABLE)}")

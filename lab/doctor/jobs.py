@@ -1,6 +1,6 @@
 """The doctor as background jobs: a diagnosis (profile the baseline, calibrate this machine's rates, predict each
 technique) and its verification (an interleaved ablation of the top picks), each run by a worker process under
-a lock in the store's ``jobs`` table, the way the dashboard runs an ablation (:mod:`lab.ablation.jobs`).
+a lock in the store's ``jobs`` table, the way the dashboard runs an ablation (:mod:`lab.jobs`).
 
 Why jobs and not a call in the page: the Doctor page ran :func:`~lab.doctor.diagnosis.diagnose` and
 :func:`~lab.doctor.verification.verify` inside the Streamlit script under a spinner, so a reload lost the work in
@@ -11,8 +11,8 @@ thread count), and what they found is stored: the diagnosis in the store's ``dia
 (:mod:`lab.doctor.stored`, which the recommendation card reads), its row id in the job's state; the
 verification's rows in its job's state (and the doctor's history file, as ``lab doctor --verify`` appends).
 
-This module is its own worker entry (``python -m lab.doctor.jobs``, started by :func:`lab.ablation.worker.start`
-with ``module=WORKER``): the ablation worker sits below the doctor in the layers and cannot import it.
+This module is its own worker entry (``python -m lab.doctor.jobs``, started by :func:`lab.jobs.launch.start`
+with ``module=WORKER``): the ablation lane's worker sits below the doctor in the layers and cannot import it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.ablation import AA_ARM, jobs
+from lab import jobs
+from lab.ablation import AA_ARM
 from lab.config import RunConfig
 from lab.doctor.diagnosis import Diagnosis, diagnose
 from lab.doctor.stored import StoredDiagnosis, diagnosis_by_id, last_diagnosis, save_diagnosis
@@ -34,7 +35,7 @@ from lab.store import ResultStore
 #: The job kinds (a spec's ``"kind"``): a page re-attaches only to jobs of its own kind.
 DIAGNOSE = "doctor"
 VERIFY = "doctor_verify"
-#: The ``python -m`` module that runs them (:func:`lab.ablation.worker.start`'s ``module``).
+#: The ``python -m`` module that runs them (:func:`lab.jobs.launch.start`'s ``module``).
 WORKER = "lab.doctor.jobs"
 #: The share of a diagnosis's progress bar each stage starts at (the profiled run is most of its time).
 _STAGE_AT = {"profile": 0.0, "calibrate": 0.6, "predict": 0.9, "store": 0.98}
@@ -98,7 +99,7 @@ def run_diagnosis(store: ResultStore, key: str, token: str | None = None, spec: 
     """Diagnose the job's config under its lock (claimed here, or adopted with the launcher's ``token``), say
     each stage as it starts, store the diagnosis (:func:`~lab.doctor.stored.save_diagnosis`) and return its row id,
     also kept in the job's final state (``diagnosis``, with the prescribed pick as ``top``). A second run of a live
-    key is :class:`~lab.ablation.jobs.AlreadyRunning` before any work. ``diagnose_fn``: tests pass a fake."""
+    key is :class:`~lab.jobs.AlreadyRunning` before any work. ``diagnose_fn``: tests pass a fake."""
     spec = _spec(store, key, spec, DIAGNOSE)
     cfg = RunConfig.from_dict(spec["config"])
     diagnose_fn = diagnose if diagnose_fn is None else diagnose_fn

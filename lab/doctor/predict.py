@@ -352,8 +352,8 @@ def larger_batch_advice(b: Breakdown, factor: int = 2) -> tuple[float, str]:
 def rank(predictions: list[Prediction]) -> list[Prediction]:
     """Best first by the model alone, per axis (training step first): by the central prediction, ties by the lower
     bound. Not the prescription: that one ranks by the interval's lower end over the run, one-off costs charged,
-    and drops what noise explains (:func:`lab.doctor.risk.prescribe`; a point estimate whose interval reached 0.69
-    was once ranked first and measured 0.75x: issue 45)."""
+    and drops what noise explains (:func:`lab.doctor.risk.prescribe`: ranked by a point estimate, a compile whose
+    interval reached 0.69 was once first on a minimal GPT and measured 0.75x)."""
     order = {"train_step": 0, "inference": 1}
     return sorted(predictions, key=lambda p: (order.get(p.axis, 2), -p.speedup, -p.lo))
 

@@ -55,9 +55,9 @@ def compile_step_ms(b: Breakdown, saving_ms: float, call_ms: float) -> float:
 ATTENTION_REST = (1.5, 0.55, 2.4)
 #: An attention model under this many MACs per sample has blocks too small for compile to pay. MACs, not the
 #: step's ms: a busy machine stretches a step 4-10x, never its MACs. On the AMD EPYCs the HF tiny models
-#: (1.1-1.7 M MACs) gained 1.02-1.52x, the gallery transformer (0.3 M) 0.93-1.14x, issue 45's three small
-#: attention models lost (0.75-0.92x); the transformer ladder's xs rung (0.13 M) gained 1.25x (a miss this
-#: accepts: its interval's top).
+#: (1.1-1.7 M MACs) gained 1.02-1.52x, the gallery transformer (0.3 M) 0.93-1.14x, three small attention
+#: models pasted as people write them (a minimal GPT, RoBERTa, an nn.Transformer subclass) lost (0.75-0.92x);
+#: the transformer ladder's xs rung (0.13 M) gained 1.25x (a miss this accepts: its interval's top).
 SMALL_ATTENTION_MACS = 5e5
 #: compile on such a model: (central, low, high), below 1 at the centre, reaching the Intel gains at the top.
 SMALL_ATTENTION = (0.9, 0.65, 1.25)
@@ -90,7 +90,7 @@ def structural_prior(name: str, b: Breakdown, r: Rates) -> Prediction | None:
         s, lo, hi = SMALL_ATTENTION
         why = (f"{r.attention} attention module(s) at {r.macs_per_sample / 1e3:,.0f} k MACs per sample: blocks this "
                "small give the fusion less than the compiled graphs' call price and Inductor's small kernels take "
-               "back (the gallery transformer, 0.3 M MACs, measured 0.93-1.14x on AMD EPYCs; issue 45's minimal "
+               "back (the gallery transformer, 0.3 M MACs, measured 0.93-1.14x on AMD EPYCs; a pasted minimal "
                "GPT 0.75x, RoBERTa 0.76x, an nn.Transformer subclass 0.92x; 1.29-1.36x on "
                "intel-xeon-processor-amx-2c, which the interval does not reach)")
     elif r.attention > 0:

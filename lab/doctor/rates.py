@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,10 @@ import torch
 from torch import nn
 
 from lab.bench import BENCH_DIR
+from lab.crossover.mapping import MAP_FILE
 from lab.crossover.names import in_current_names
 from lab.distributed.scaling import Link
-from lab.measure import bootstrap_ratio_ci, hooks_removed, interleaved_ms, module_device
+from lab.measure import bootstrap_ratio_ci, environment_stamp, hooks_removed, interleaved_ms, module_device
 from lab.precision import PrecisionPolicy
 
 CROSSOVER_AXES = ("train_step", "inference")
@@ -167,8 +169,32 @@ def load_crossover(path: str | Path) -> CrossoverMap:
                         batches=batches)
 
 
-def crossover_path(hardware_id: str, root: Path | None = None) -> Path:
-    return (root or BENCH_DIR / "results") / hardware_id / "crossover.json"
+#: The environment variable that points "this machine's map" at another file (a map measured elsewhere, a test's
+#: synthetic one); the file's own name is :data:`lab.crossover.mapping.MAP_FILE`.
+MAP_ENV_VAR = "LAB_CROSSOVER_JSON"
+#: The threads study's (:mod:`lab.crossover.threads_study`), kept beside the map and found the same way.
+THREADS_FILE, THREADS_ENV_VAR = "crossover_threads.json", "LAB_CROSSOVER_THREADS_JSON"
+
+
+def crossover_path(hardware_id: str | None = None, root: Path | None = None, *, name: str = MAP_FILE,
+                   env_var: str = MAP_ENV_VAR) -> Path:
+    """Where the stored crossover map of ``hardware_id`` is: ``<root>/<hardware-id>/crossover.json`` (``root``:
+    ``benchmarks/results``). ``hardware_id=None`` asks for this machine's map, and then ``$LAB_CROSSOVER_JSON``,
+    when set, names the file instead; a caller that names a hardware id (the doctor, for the run's machine) reads
+    that machine's file. ``name`` / ``env_var``: another study kept the same way (the threads study).
+
+    Why one function: the doctor, ``lab ablate``'s map-against-measured lines and the dashboard's pages all read
+    this file; each once computed the path itself, and a change to where maps live had five places to agree."""
+    if hardware_id is None:
+        if os.environ.get(env_var):
+            return Path(os.environ[env_var])
+        hardware_id = environment_stamp()["hardware_id"]
+    return (root or BENCH_DIR / "results") / hardware_id / name
+
+
+def stored_maps(root: Path | None = None, *, name: str = MAP_FILE) -> list[Path]:
+    """Every machine's stored map (or study ``name``) under ``root`` (``benchmarks/results``), by folder name."""
+    return sorted((root or BENCH_DIR / "results").glob(f"*/{name}"))
 
 
 def find_crossover(hardware_id: str, root: Path | None = None) -> CrossoverMap | None:
@@ -181,7 +207,7 @@ def crossover_advice(root: Path | None = None) -> str:
     """How to build this machine's map, and how long ``lab crossover --quick`` took where it was run (the
     committed quick maps' ``wall_s``), so a user without a map knows the price of one."""
     took = []
-    for path in sorted((root or BENCH_DIR / "results").glob("*/crossover.json")):
+    for path in stored_maps(root):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -388,6 +414,7 @@ def tiny_op_us() -> float:
 
 
 __all__ = ["map_names", "NEAREST_MAP_ROW", "CrossoverMap", "ONE", "Rate", "Shapes",
-           "crossover_advice", "crossover_path",
+           "MAP_ENV_VAR", "MAP_FILE", "THREADS_ENV_VAR", "THREADS_FILE", "crossover_advice", "crossover_path",
+           "stored_maps",
            "dominant_layers", "dynamic_int8_rate", "find_crossover", "find_link", "grad_scaler_rate", "load_crossover",
            "model_fwd_bwd_rate", "optimizer_rate", "precision_rates", "prior", "tiny_op_us"]

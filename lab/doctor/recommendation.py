@@ -396,7 +396,7 @@ def stored_ablations(store: ResultStore, workload: str, size: str, *, speed: str
     newest first, at most :data:`LOOK_BACK`, each with its table and its verdict on ``speed``; one without a stored
     baseline run is skipped (nothing to divide by)."""
     from lab.ablation import from_spec, load_ablation, summarize
-    from lab.ablation.jobs import done_jobs
+    from lab.jobs import done_jobs
 
     for job in itertools.islice(done_jobs(store, workload, size), LOOK_BACK):
         ablation, repeats, seeds = from_spec(job["spec"])

@@ -1,13 +1,13 @@
 """The prescription: ranked by a risk-aware figure over the run's length, and nothing prescribed that noise explains.
 
-Why (issue 45): ranked by its point estimate, the doctor put ``compile 1.23x [0.69, 1.97]`` first on a minimal GPT
+Why: ranked by its point estimate, the doctor put ``compile 1.23x [0.69, 1.97]`` first on a minimal GPT
 and it measured 0.75x, while the two picks below it (1.21x, whose intervals stayed above 1) measured 1.18-1.19x.
 A user acts on the first line, so the first line must be the pick least likely to lose, over the run the user
 will train, costs included:
 
 - **one-off costs over the run's length** (:func:`one_off_s`): compile pays its compile once per run (measured
   with ``--measure compile``, else estimated from the chain's compile times, else a prior of 20 s [8, 70]: ~22 s
-  for the transformer tiny on intel-xeon-processor-amx-2c, 66 s for a minimal GPT on a Zen 4 in issue 45);
+  for the transformer tiny on intel-xeon-processor-amx-2c, 66 s for a minimal GPT on a Zen 4);
   ``auto`` pays its in-run probe (at most :data:`lab.precision.inrun.INRUN_COST_SHARE` of the run, plus a step)
   only on a run long enough to be probed (:func:`lab.precision.inrun.probe_pays`); a shorter one decides
   without probing and pays nothing. ``run_speedup`` = the run's baseline time over the pick's (its steps at the

@@ -57,7 +57,7 @@ def compare(predictions: Sequence[Prediction], table: Any, *, base_step_ms: floa
         col = MEASURED_COLUMN[p.axis]
         m, lo, hi = _num(got.get(col)), _num(got.get(f"{col}_lo")), _num(got.get(f"{col}_hi"))
         point = lo is not None and hi is not None and hi <= lo * (1 + ZERO_WIDTH)
-        if point:  # "[0.75, 0.75]" from 3 repeats is no interval: kept as a point, said so (issue 45)
+        if point:  # "[0.75, 0.75]" from 3 equal repeats is no interval, not a certainty: kept as a point, said so
             lo = hi = None
         rows.append({"technique": p.technique, "axis": p.axis, "predicted": p.speedup, "predicted_lo": p.lo,
                      "predicted_hi": p.hi, "measured": m, "measured_lo": lo, "measured_hi": hi,

@@ -8,7 +8,7 @@ not import each other). The chain asks the memory family first (:data:`lab.regis
 run takes this launcher and every other data-parallel run DDP's. The loop is unchanged: the ranks slice the same
 global batch, the optimizer is built from the sharded parameters (so its state is sharded too), and FSDP2's
 all-gathers and reduce-scatters run inside forward and backward (the "comm" phase, DDP's timed all-reduce, stays
-empty and ``details["ddp"]`` says so).
+empty and ``details["distributed"]`` says so).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from lab.config import RunConfig
 from lab.context import TrainContext
 from lab.memory.sharding import gather_model, shard_model
 from lab.registry import LAUNCHERS
-from lab.result import RunResult
+from lab.result import RunResult, section
 from lab.technique import Launcher
 
 #: The launcher that starts, joins and leaves the ranks (the data-parallel family's).
@@ -74,15 +74,15 @@ class ShardedLauncher(Launcher):
         return model
 
     def unwrap(self, ctx: TrainContext, model: nn.Module) -> nn.Module:
-        """Every rank: the plain model with the trained values (all-gathered); ``details["ddp"]`` as DDP's, its
+        """Every rank: the plain model with the trained values (all-gathered); ``details["distributed"]`` as DDP's, its
         all-reduce figures replaced by what FSDP2 communicates."""
         sharded = ctx.state.get("memory.sharded")
         if sharded is None:
             return model
         plain = gather_model(model, sharded)
         plain = _ranks().unwrap(ctx, plain)
-        rec = ctx.result.details.get("ddp")
-        if rec is not None:
+        rec = section(ctx.result, "distributed")
+        if rec:
             rec.update(wrapper="fsdp2", bytes_per_step=None, buckets_per_step=None,
                        comm_meaning="FSDP2 all-gathers each block's parameters in forward and backward and "
                                     "reduce-scatters its gradients, inside those phases: not timed apart")

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from lab.ablation.record import ArmRecord
 from lab.measure import utilisation_line
 from lab.plots.common import PHASE_COLORS, fig_title, ratio_bars
-from lab.result import RunResult
+from lab.result import RunResult, section
 
 
 def _train_diag(result: RunResult) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def quant_latency(result: RunResult) -> go.Figure | None:
 
 
 def macs_vs_measured(result: RunResult) -> go.Figure | None:
-    p = result.details.get("prune", {})
+    p = section(result, "pruning")
     inf = p.get("inference") or {}
     if "macs_ratio" not in p or "speedup" not in inf:
         return None
@@ -81,7 +81,7 @@ def macs_vs_measured(result: RunResult) -> go.Figure | None:
 
 
 def ddp_split(result: RunResult) -> go.Figure | None:
-    if (result.details.get("ddp") or {}).get("world_size", 1) <= 1:
+    if section(result, "distributed").get("world_size", 1) <= 1:
         return None
     med = result.phase_medians_ms()
     compute = sum(med.get(k, 0.0) for k in ("data_wait", "forward", "backward", "optimizer"))
@@ -166,7 +166,7 @@ def technique_notes(result: RunResult, arm: ArmRecord | None = None) -> list[str
         notes.append(f"int8 ({q.get('method')}, {api}): model {q['float_bytes'] / 1e3:.3g} kB "
                      f"-> {q['int8_bytes'] / 1e3:.3g} kB ({q.get('size_ratio', math.nan):.2g}x smaller); output "
                      f"error {_pct(q.get('output_rel_error', math.nan))}")
-    p = d.get("prune") or {}
+    p = section(d, "pruning")
     if arm is not None and p.get("method"):
         notes.append(f"Pruning ({p.get('method')} {_pct(p.get('amount', 0))}, {p.get('schedule')})")
     elif p.get("macs_ratio"):
@@ -175,7 +175,7 @@ def technique_notes(result: RunResult, arm: ArmRecord | None = None) -> list[str
         notes.append(f"Pruning ({p.get('method')} {_pct(p.get('amount', 0))}, {p.get('schedule')}): "
                      f"{p['macs_ratio']:.2g}x fewer MACs if zeros were skipped; measured inference "
                      f"{inf.get('speedup', math.nan):.2g}x [{ci[0]:.2g}, {ci[1]:.2g}] at batch {inf.get('batch', '?')}")
-    ddp = d.get("ddp") or {}
+    ddp = section(d, "distributed")
     if ddp.get("world_size", 1) > 1:
         batch = (d.get("resolved") or {}).get("batch_size", result.batch_size)
         eff = batch * ddp["world_size"] * ddp.get("grad_accum_steps", 1) if batch else None

@@ -11,7 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from lab.result import RunResult
+from lab.result import RunResult, section
 
 
 def metric_vs_sparsity(rows: Sequence[Mapping[str, Any]], metric_name: str = "accuracy",
@@ -30,15 +30,15 @@ def metric_vs_sparsity(rows: Sequence[Mapping[str, Any]], metric_name: str = "ac
 
 
 def layer_sparsity_bars(result: RunResult) -> go.Figure:
-    """Per-layer sparsity of a pruned run (``details["prune"]["layers"]``); hover shows shape and non-zeros.
+    """Per-layer sparsity of a pruned run (``details["pruning"]["layers"]``); hover shows shape and non-zeros.
     Global pruning spreads zeros unevenly, which is the point of looking."""
-    layers = result.details["prune"]["layers"]
+    layers = section(result, "pruning")["layers"]
     names = list(layers)
     fig = go.Figure(go.Bar(x=names, y=[100 * layers[n]["sparsity"] for n in names],
                            customdata=[[str(layers[n]["shape"]), layers[n]["nonzero"]] for n in names],
                            hovertemplate="%{x}<br>sparsity %{y:.1f} %<br>shape %{customdata[0]}"
                                          "<br>non-zeros %{customdata[1]}<extra></extra>"))
-    p = result.details["prune"]
+    p = section(result, "pruning")
     fig.update_layout(title=f"Per-layer sparsity: {p['method']} {p['amount']:.0%} ({p['schedule']})",
                       yaxis_title="sparsity %", yaxis_range=[0, 100])
     return fig
@@ -47,8 +47,8 @@ def layer_sparsity_bars(result: RunResult) -> go.Figure:
 def macs_vs_measured(results: Sequence[RunResult], labels: Sequence[str]) -> go.Figure:
     """Grouped bars per pruned run: theoretical MACs ratio next to measured inference speedup (with its
     bootstrap 95 % CI). The gap between the two bars is what the "why" tags explain."""
-    theory = [r.details["prune"]["macs_ratio"] for r in results]
-    inf = [r.details["prune"].get("inference", {}) for r in results]
+    theory = [section(r, "pruning")["macs_ratio"] for r in results]
+    inf = [section(r, "pruning").get("inference", {}) for r in results]
     measured = [i.get("speedup", float("nan")) for i in inf]
     err_hi = [i["ci95"][1] - i["speedup"] if i else 0 for i in inf]
     err_lo = [i["speedup"] - i["ci95"][0] if i else 0 for i in inf]

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from lab.ablation.record import ArmRecord
 from lab.plots.common import PHASE_COLORS, fig_title
 from lab.plots.details import FAMILY_FIGURES, record_figures
-from lab.result import RunResult
+from lab.result import RunResult, section
 
 
 def _label(result: RunResult) -> str:
@@ -58,7 +58,7 @@ def _loss_scale(result: RunResult) -> go.Figure | None:
 
 
 def _layer_sparsity(result: RunResult) -> go.Figure | None:
-    if not result.details.get("prune", {}).get("layers"):
+    if not section(result, "pruning").get("layers"):
         return None
     from lab.plots.pruning import layer_sparsity_bars
 

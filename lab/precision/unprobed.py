@@ -1,6 +1,6 @@
 """``auto`` on a run too short to probe: decided from a stored probe of the same model, the machine card, or fp32.
 
-Why (issue 47): on a 62-step MNIST-example run ``auto`` measured 0.72x while bf16 measured 1.45x: a probe on a
+Why: on a 62-step MNIST-example run ``auto`` measured 0.72x while bf16 measured 1.45x: a probe on a
 run that short cannot repay the first steps of its candidates (:func:`lab.precision.inrun.probe_pays`), so it
 only costs. Such a run does not probe. It takes, in this order:
 

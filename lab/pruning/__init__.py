@@ -9,7 +9,7 @@ gains less than the MACs ratio on small layers.
 The family's technique (:class:`Pruning`, see :mod:`lab.technique`): ``preflight`` validates the layer selection
 against a fresh model, ``before_training`` installs identity masks and the schedule hook for ``gradual``;
 ``after_training`` prunes (or finishes the ramp), fine-tunes at ``lr * finetune_lr_factor`` through ``ctx.fit``,
-bakes the masks in and records ``result.details["prune"]``. A workload whose model is not traced as one graph says
+bakes the masks in and records ``result.details["pruning"]``. A workload whose model is not traced as one graph says
 so through its ``Workload.prune_scopes`` hook. Notebook: ``notebooks/03_pruning.ipynb``."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from lab.pruning.schedule import *  # noqa: F403 - the names in its __all__
 from lab.pruning.schedule import GradualPruner
 from lab.pruning.timed import channels_removed
 from lab.registry import FAMILIES
-from lab.result import RunResult
+from lab.result import RunResult, section
 from lab.technique import Option, Portable, Technique
 from lab.timed import TRAIN, Bench, NotTimed, TimedArm
 
@@ -81,7 +81,7 @@ def _copy(model: nn.Module, example: tuple) -> nn.Module:
 
 def _prune_and_finetune(ctx: TrainContext, model: nn.Module) -> nn.Module:
     """One-shot prune (or finish the gradual ramp), fine-tune through ``ctx.fit``, bake the masks in, and
-    record the figures in ``result.details["prune"]`` with "why" tags where speed falls short of theory."""
+    record the figures in ``result.details["pruning"]`` with "why" tags where speed falls short of theory."""
     pcfg, device = ctx.cfg.prune, ctx.device
     if not pcfg.enabled:
         return model
@@ -171,7 +171,7 @@ class Pruning(Technique):
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Sparsity, the MACs ratio theory promises and the inference speedup measured."""
-        rec = result.details.get("prune", {})
+        rec = section(result, self.name)
         return {"method": rec.get("method", "none"), "amount": rec.get("amount", 0.0),
                 "sparsity_prunable": rec.get("sparsity_prunable"), "macs_ratio": rec.get("macs_ratio"),
                 "inference_speedup": (rec.get("inference") or {}).get("speedup")}

@@ -274,7 +274,7 @@ def channel_exclusions(model: nn.Module, scopes: ScopesFn | None = None,
                        example_inputs: tuple | None = None) -> dict[str, str]:
     """``{layer: reason}`` for the layers ``structured_channels`` leaves at full width (the output layer,
     RNNs, embeddings, attention, Transformer residual writers, tied layers and, with ``example_inputs``, the
-    layers feeding a tied one), for ``details["prune"]``."""
+    layers feeding a tied one), for ``details["pruning"]``."""
     names = {id(m): n for n, m in model.named_modules()}
     if scopes is None:
         fixed = {**tie_feeders(model, example_inputs), **_fixed_with_reasons(model)}

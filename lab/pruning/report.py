@@ -56,7 +56,7 @@ def speed_why(method: str, macs_ratio: float, speedup: float) -> str | None:
 
 
 def record(ctx: TrainContext, dense: nn.Module, model: nn.Module, example: tuple, info: dict[str, Any]) -> None:
-    """Fill ``ctx.result.details["prune"]`` (and ``why``) comparing ``dense`` (the trained, unpruned
+    """Fill ``ctx.result.details["pruning"]`` (and ``why``) comparing ``dense`` (the trained, unpruned
     architecture) with the final ``model``; ``example`` is one training batch on the run's device."""
     cfg, res, device = ctx.cfg, ctx.result, ctx.device
     n_example = len(example[0])
@@ -101,7 +101,7 @@ def record(ctx: TrainContext, dense: nn.Module, model: nn.Module, example: tuple
     why = accuracy_why(info, ctx.workload.higher_is_better)
     if why:
         res.why.append(why)
-    res.details["prune"] = info
+    res.details["pruning"] = info
 
 
 def trained_sensitivity(cfg: RunConfig, amounts: tuple[float, ...] = (0.5, 0.8, 0.95),

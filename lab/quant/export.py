@@ -1,7 +1,7 @@
 """A pasted model into the PT2E flow: ``torch.export`` with what the lab adds so real-world model code exports,
 and the x86 quantizer kept to the float tensors it can quantize.
 
-Why these are the lab's to do (each met on a model as people write it, issue 45):
+Why these are the lab's to do (each met on a model as people write and paste it):
 
 * **one source partition per call site** (:func:`export_for_quant`): a module called twice (the ResNet block
   reuses one ``nn.ReLU``) exports as one partition with two outputs, which the quantizer refuses ("Input partition

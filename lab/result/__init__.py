@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.measure import median, spread, utilisation_line
+from lab.result.sections import in_current_names
+from lab.result.sections import section as section  # a family's figures in a record, old keys read too
 from lab.result.timeline import format_timeline
 
 _NONFINITE_TO_STR = {math.inf: "Infinity", -math.inf: "-Infinity"}
@@ -147,12 +149,15 @@ class RunResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         """Inverse of ``to_dict`` (also accepts the string-encoded non-finite floats of ``to_json``).
-        Unknown keys are ignored so records written by a newer version still load."""
+        Unknown keys are ignored so records written by a newer version still load; a family's figures stored
+        under an old key come back under the family's name (:mod:`lab.result.sections`)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in to_jsonable(d).items() if k in names}
         for k in _NUMERIC_FIELDS:
             if k in kwargs:
                 kwargs[k] = _decode_nonfinite(kwargs[k])
+        if isinstance(kwargs.get("details"), dict):
+            kwargs["details"] = in_current_names(kwargs["details"])
         return cls(**kwargs)
 
     def to_json(self, **kwargs: Any) -> str:

@@ -1,4 +1,4 @@
-"""A technique's exception turned into one line and a record: no traceback reaches the user (issue 45).
+"""A technique's exception turned into one line and a record: no traceback reaches the user.
 
 Why one place: a user's model meets a technique at many moments (prepared before training, trained under a
 policy, pruned, converted to int8, evaluated, measured), and each moment once ended a run in a torch traceback
@@ -28,8 +28,8 @@ from typing import Any
 
 from torch import nn
 
-#: Statuses of a run that did not finish its work: ``error`` (records stored before issue 45), ``failed``,
-#: ``refused``. Readers of records test membership here, never ``== "error"``.
+#: Statuses of a run that did not finish its work: ``error`` (records stored before a failure and a refusal
+#: were told apart), ``failed``, ``refused``. Readers of records test membership here, never ``== "error"``.
 FAILED_STATUSES: tuple[str, ...] = ("error", "failed", "refused")
 #: The attribute :func:`tag` sets on an exception: ``(technique, stage)`` of the innermost technique stage it left.
 TAG = "_lab_stage"

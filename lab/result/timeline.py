@@ -3,12 +3,12 @@
 The per-step ratio is what the lab measures best; the user's question is end to end. So every record carries
 ``details["one_off_s"]``: what the run paid once, whatever its length, read from where each family measures it:
 
-- ``compile``: ``torch.compile``'s first step beyond the median step (``details["compile"]["compile_s"]``); it is
+- ``compile``: ``torch.compile``'s first step beyond the median step (``details["compute"]["compile_s"]``); it is
   paid inside the training loop, so it is already in ``train_time_s`` (listed in :data:`IN_LOOP`);
 - ``optimizer_compile``: low-bit Adam's first-step compile (torchao), the first optimizer step beyond the median one
   (``details["memory"]["optimizer_compile_s"]``); inside the loop too;
 - ``precision_probe``: the ``auto`` precision probe (``details["precision"]["auto"]["probe_s"]``), before training;
-- ``prune_finetune``: the fine-tune after pruning (``details["prune"]["finetune"]["time_s"]``);
+- ``prune_finetune``: the fine-tune after pruning (``details["pruning"]["finetune"]["time_s"]``);
 - ``qat_finetune``: the fake-quant fine-tune of QAT (``details["quant"]["qat"]["time_s"]``);
 - ``quantize``: PT2E export + prepare + calibration + convert (``details["quant"]["quantize_s"]``, QAT's
   fine-tune taken out), and ``int8_compile``: Inductor's compile of the int8 graph per batch size it met;
@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lab.result.sections import section
+
 #: One-off parts already inside the training loop's wall time (``train_time_s``).
 IN_LOOP = ("compile", "optimizer_compile")
 #: One-off parts paid before the first training step (in a time to target whenever the target is reached).
@@ -42,15 +44,16 @@ def _get(d: Any, *keys: str) -> float:
 
 def one_off_costs(details: dict[str, Any]) -> dict[str, float]:
     """Seconds per one-off part that the run paid (parts it did not pay are left out) and ``total``."""
-    quant = details.get("quant") or {}
+    quant = section(details, "quant")
     qat = _get(quant, "qat", "time_s")
     int8 = (quant.get("compile_s") or {}).get("int8") or {}
+    optimizer_compile = _get(section(details, "memory"), "optimizer_compile_s")
     parts = {
         # a compiled forward's first-step excess holds a low-bit optimizer's compile too: counted once, as that
-        "compile": max(_get(details, "compile", "compile_s") - _get(details, "memory", "optimizer_compile_s"), 0.0),
-        "optimizer_compile": _get(details, "memory", "optimizer_compile_s"),
-        "precision_probe": _get(details, "precision", "auto", "probe_s"),
-        "prune_finetune": _get(details, "prune", "finetune", "time_s"),
+        "compile": max(_get(section(details, "compute"), "compile_s") - optimizer_compile, 0.0),
+        "optimizer_compile": optimizer_compile,
+        "precision_probe": _get(section(details, "precision"), "auto", "probe_s"),
+        "prune_finetune": _get(section(details, "pruning"), "finetune", "time_s"),
         "qat_finetune": qat,
         # PT2E's timer runs around QAT's fine-tune as well: that part is qat_finetune's
         "quantize": max(_get(quant, "quantize_s") - (qat if quant.get("flow") == "pt2e" else 0.0), 0.0),

@@ -147,7 +147,7 @@ def _world(run: RunResult) -> int:
 
 
 def _global_batch(run: RunResult) -> int:
-    ddp = run.details.get("ddp") or {}
+    ddp = run.details.get("distributed") or {}
     return int(ddp.get("effective_batch") or run.batch_size * _world(run)
                * int((run.config.get("ddp") or {}).get("grad_accum_steps") or 1))
 

@@ -119,7 +119,7 @@ def _fake(train_s: float, lat: list[float], metric: float, *, seed=0, why=(), de
 
 def test_speedup_and_ci_on_synthetic_samples_match_bootstrap():
     base = [_fake(t, [4.0, 4.2, 3.9], 0.90) for t in (2.0, 2.2, 1.9)]
-    arm = [_fake(t, [2.0, 2.1, 1.9], m, details={"prune": {"finetune": {"time_s": 0.5}}})
+    arm = [_fake(t, [2.0, 2.1, 1.9], m, details={"pruning": {"finetune": {"time_s": 0.5}}})
            for t, m in ((0.5, 0.88), (0.6, 0.89), (0.55, 0.87))]
     df = summarize({"baseline": base, "fast": arm}).set_index("arm")
     est, lo, hi = bootstrap_ratio_ci([2.0, 2.2, 1.9], [1.0, 1.1, 1.05])  # fine-tune time counted

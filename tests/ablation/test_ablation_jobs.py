@@ -1,4 +1,4 @@
-"""The ablation lock and the background worker (``lab.ablation.jobs``, ``lab.ablation.worker``): one live job
+"""The ablation lock and the background worker (``lab.jobs``, ``lab.ablation.worker``): one live job
 per key, stale locks expire, a second run is refused before any work, Cancel stops between steps without
 storing the run in flight, and the worker process (not the dashboard) is what a DDP arm's ranks re-import."""
 
@@ -14,8 +14,14 @@ import pytest
 
 pytest.importorskip("pandas")
 
-from lab import ResultStore, RunConfig, run  # noqa: E402
-from lab.ablation import Ablation, from_spec, jobs, run_ablation, to_spec  # noqa: E402
+from lab import (  # noqa: E402
+    ResultStore,
+    RunConfig,
+    jobs,  # noqa: E402
+    run,
+)
+from lab.ablation import Ablation, from_spec, run_ablation, to_spec  # noqa: E402
+from lab.jobs import launch  # noqa: E402
 
 
 def _ab(name: str = "j") -> Ablation:
@@ -180,7 +186,7 @@ def test_the_worker_runs_a_claimed_batch_and_stops_it_on_cancel(private_store):
         token = jobs.claim(store, key, spec=spec)
         assert worker.start(private_store, key, token).wait(timeout=240) == 0
         job = jobs.job(store, key)
-        log = worker.log_path(private_store, token)
+        log = launch.log_path(private_store, token)
         assert log.parent == private_store.parent / "logs" and log.is_file()  # beside the store, not in /tmp's root
         assert job["status"] == "done" and job["pid"] != os.getpid(), log.read_text()
         assert [r.status for r in worker.batch_results(store, job).values()] == ["ok", "ok"]

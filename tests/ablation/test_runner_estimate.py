@@ -9,8 +9,13 @@ import pytest
 
 pytest.importorskip("pandas")
 
-from lab import ResultStore, RunConfig, RunResult  # noqa: E402
-from lab.ablation import Ablation, estimate_ablation, estimate_text, from_spec, jobs, run_ablation, to_spec  # noqa: E402
+from lab import (  # noqa: E402
+    ResultStore,
+    RunConfig,
+    RunResult,
+    jobs,  # noqa: E402
+)
+from lab.ablation import Ablation, estimate_ablation, estimate_text, from_spec, run_ablation, to_spec  # noqa: E402
 from lab.measure import capabilities_of  # noqa: E402
 from lab.recipes import RECIPES, payable, stacked, top_stack  # noqa: E402
 

@@ -140,5 +140,5 @@ def test_a_compiled_run_with_active_dropout_says_its_accuracy_delta_needs_seeds(
     TECHNIQUE.fit_options(ctx, model, plan)
     assert plan.forward is not None and plan.finished  # compiled lazily: nothing has been traced yet
     plan.finished[0](types.SimpleNamespace(step_times_ms={"total": [30.0, 1.0, 1.0]}))
-    assert "compile" in result.details
+    assert "compute" in result.details
     assert (RNG_STREAM_WHY.format(n=1) in result.why) is tagged

@@ -216,7 +216,7 @@ def check_compile(option: str, lab: RunResult, got: Emitted) -> None:
 
     _same_losses(lab, got, exact=False)  # Inductor fuses the ops: the same math, rounded otherwise
     assert [m is got.model for m in got.compiled] == [True] and counters["stats"]["unique_graphs"] >= 1
-    assert lab.details["steps"]["train"]["compiled"] and lab.details["compile"]["graphs"] >= 1
+    assert lab.details["steps"]["train"]["compiled"] and lab.details["compute"]["graphs"] >= 1
 
 
 def check_loader(option: str, lab: RunResult, got: Emitted) -> None:
@@ -237,7 +237,7 @@ def check_masks(option: str, lab: RunResult, got: Emitted) -> None:
     from lab.measure import count_nonzero_params
 
     _same_losses(lab, got)
-    assert got.phases["finetune"] == lab.details["prune"]["finetune"]["losses"]  # same masks, same fine-tune
+    assert got.phases["finetune"] == lab.details["pruning"]["finetune"]["losses"]  # same masks, same fine-tune
     assert count_nonzero_params(got.model) == lab.nonzero_params and not any(
         n.endswith(("_mask", "_orig")) for n, _ in got.model.named_buffers())  # masks baked in
     amount = lab.config["prune"]["amount"]
@@ -249,10 +249,10 @@ def check_masks(option: str, lab: RunResult, got: Emitted) -> None:
 def check_channels(option: str, lab: RunResult, got: Emitted) -> None:
     _same_losses(lab, got)
     widths = {n: m.out_features for n, m in got.model.named_modules() if isinstance(m, nn.Linear)}
-    channels = lab.details["prune"]["channels"]
+    channels = lab.details["pruning"]["channels"]
     assert {n: after for n, (_, after) in channels.items()} == {n: w for n, w in widths.items() if n in channels}
     assert all(after < before for before, after in channels.values())
-    assert got.phases["finetune"] == pytest.approx(lab.details["prune"]["finetune"]["losses"], rel=1e-6)
+    assert got.phases["finetune"] == pytest.approx(lab.details["pruning"]["finetune"]["losses"], rel=1e-6)
 
 
 def _int8_of(got: Emitted, tensors: tuple[torch.Tensor, ...]) -> nn.Module:

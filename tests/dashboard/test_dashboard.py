@@ -97,7 +97,7 @@ def test_run_tiny_ablation_shows_verdict_table_and_stores_runs(private_store):
 
 
 def test_reload_reattaches_run_is_disabled_and_cancel_stops(private_store):
-    from lab.ablation import jobs
+    from lab import jobs
 
     at = _tiny_custom(AppTest.from_file(APP, default_timeout=120).run(), ["prune50"])
     # 60 runs, so the cancel lands in the middle on any machine: 9 tiny runs (3 repeats) were over before the
@@ -193,7 +193,7 @@ def test_data_loading_page_measures_the_loaders_in_the_background_worker(private
     ablation."""
     import os
 
-    from lab.ablation import jobs
+    from lab import jobs
     from lab.ablation.worker import BATCH
 
     at = AppTest.from_file(APP, default_timeout=120).run()
@@ -313,9 +313,9 @@ def test_a_workload_spec_typed_in_the_sidebar_joins_the_list(tmp_path):
 def test_a_worker_that_died_is_reported_and_its_lock_expired(private_store):
     import time as _time
 
-    from lab import RunConfig
-    from lab.ablation import jobs, to_spec
-    from lab.ablation.worker import log_path
+    from lab import RunConfig, jobs
+    from lab.ablation import to_spec
+    from lab.jobs.launch import log_path
     from lab.recipes import from_techniques
 
     ab = from_techniques("custom", RunConfig(workload="sequence", size="tiny"), [["prune50"]])

@@ -26,7 +26,7 @@ def _card_text(at: AppTest) -> str:
 def test_the_card_leads_with_the_stored_ablations_answer_and_its_code(private_store, toy_workload, busy):
     """A new session opens on the last ablation's workload and size (the sidebar says what the page shows), skips
     a later Doctor verification as "the last ablation", and draws the card ``python -m lab recommend`` prints."""
-    from lab.ablation import jobs
+    from lab import jobs
 
     with ResultStore(private_store) as store:
         ab = planted_ablation(store, toy_workload.name, busy=busy)
@@ -102,8 +102,7 @@ def test_with_nothing_stored_the_card_diagnoses_then_verifies_and_then_reads_the
     tab's lane); while one runs (started from the Doctor tab) the card shows its progress in the button's place and a
     click drawn before it started joins it; once the diagnosis is stored, its button verifies the top pick (3 repeats:
     a verdict), and then the card reads that verification as its measurement and offers nothing more."""
-    from lab import RunConfig
-    from lab.ablation import jobs
+    from lab import RunConfig, jobs
     from lab.doctor import jobs as doctor_jobs
 
     at = AppTest.from_function(_first_page, default_timeout=60)

@@ -16,8 +16,11 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from lab import ResultStore, RunConfig  # noqa: E402
-from lab.ablation import jobs  # noqa: E402
+from lab import (  # noqa: E402
+    ResultStore,
+    RunConfig,
+    jobs,  # noqa: E402
+)
 from lab.doctor import jobs as doctor_jobs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

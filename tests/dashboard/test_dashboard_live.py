@@ -20,8 +20,13 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from lab import ResultStore, RunConfig  # noqa: E402
-from lab.ablation import jobs, run_ablation, to_spec, worker  # noqa: E402
+from lab import (  # noqa: E402
+    ResultStore,
+    RunConfig,
+    jobs,  # noqa: E402
+)
+from lab.ablation import run_ablation, to_spec, worker  # noqa: E402
+from lab.jobs import launch  # noqa: E402
 from lab.recipes import from_techniques  # noqa: E402
 from lab.result import RunResult, new_run_id  # noqa: E402
 
@@ -78,7 +83,7 @@ def test_a_running_ablation_shows_its_first_arms_and_the_workers_pid_and_log(pri
         assert len(at.dataframe) >= 1
         caption = " ".join(c.value for c in at.caption)
         assert f"pid {sleeper.pid}" in caption and f"pid {os.getpid()}" not in caption
-        log = worker.log_path(private_store, job["token"])
+        log = launch.log_path(private_store, job["token"])
         assert f"`{log}`" in caption and log.parent == private_store.parent / "logs"
     finally:
         sleeper.kill()
@@ -97,8 +102,8 @@ def test_before_the_worker_adopts_the_job_no_pid_is_named(private_store):
 
 def test_worker_logs_live_beside_the_results_store(tmp_path):
     store = tmp_path / "results" / "lab.sqlite"
-    assert worker.log_path(store, "abcdef0123456789") == tmp_path / "results" / "logs" / "worker-abcdef012345.log"
-    assert worker.log_path(":memory:", "t").parent == Path(tempfile.gettempdir())  # no folder to put it beside
+    assert launch.log_path(store, "abcdef0123456789") == tmp_path / "results" / "logs" / "worker-abcdef012345.log"
+    assert launch.log_path(":memory:", "t").parent == Path(tempfile.gettempdir())  # no folder to put it beside
 
 
 def test_the_data_loading_caption_names_the_worker_not_the_server(private_store):
@@ -112,4 +117,4 @@ def test_the_data_loading_caption_names_the_worker_not_the_server(private_store)
     assert not at.exception, at.exception
     caption = " ".join(c.value for c in at.caption)
     assert "data-loading measurement" in caption and "starting" in caption and f"pid {os.getpid()}" not in caption
-    assert str(worker.log_path(private_store, token)) in caption
+    assert str(launch.log_path(private_store, token)) in caption

@@ -75,8 +75,8 @@ def test_measuring_runs_in_the_worker_and_the_page_shows_its_stage(tmp_path, mon
     import sys
     import time
 
-    from lab import ResultStore
-    from lab.ablation import jobs, worker
+    from lab import ResultStore, jobs
+    from lab.ablation import worker
 
     monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
     machine.save_card(unrounded_card())

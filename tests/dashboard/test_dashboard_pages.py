@@ -16,8 +16,12 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from lab import ResultStore, RunConfig  # noqa: E402
-from lab.ablation import jobs, worker  # noqa: E402
+from lab import (  # noqa: E402
+    ResultStore,
+    RunConfig,
+    jobs,  # noqa: E402
+)
+from lab.ablation import worker  # noqa: E402
 from lab.config import DataConfig  # noqa: E402
 
 DASH = Path(__file__).resolve().parents[2] / "dashboard"

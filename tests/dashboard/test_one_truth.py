@@ -52,7 +52,7 @@ def _fake_runs(ablation, planted_aa: float = 1.0):
             why += [f"int8 slower than fp32 at batch_256 ({ratio:.2f}x): memory-bound: int8 saves bytes",
                     "stayed float: wide"]
         if arm == "prune50":
-            details["prune"] = {"method": "l1_unstructured", "amount": 0.5, "schedule": "oneshot", "macs_ratio": 1.67,
+            details["pruning"] = {"method": "l1_unstructured", "amount": 0.5, "schedule": "oneshot", "macs_ratio": 1.67,
                                 "inference": {"batch": 256, "dense_ms": [1.0] * 6, "pruned_ms": [1.0 * jitter] * 6,
                                               "speedup": 1.0, "ci95": [0.94, 1.5]}}
             why.append("unstructured zeros do not speed up dense kernels (1.67x fewer MACs, 1.00x measured)")

@@ -95,7 +95,7 @@ def test_grad_accumulation_equals_one_big_batch(toy_workload):
     big = run(RunConfig(batch_size=32, **base))
     acc = run(RunConfig(batch_size=16, ddp=DDPConfig(grad_accum_steps=2), **base))
     assert acc.steps == big.steps == 4
-    assert acc.details["ddp"]["effective_batch"] == 32
+    assert acc.details["distributed"]["effective_batch"] == 32
     assert acc.losses == pytest.approx(big.losses, rel=1e-5)
     assert acc.metric == pytest.approx(big.metric, abs=1e-6)
 
@@ -150,7 +150,7 @@ def test_run_with_world_size_2_matches_single_process_double_batch(toy_workload)
     single = run(RunConfig(batch_size=16, threads=1, **base))
     ddp = spawn_run(RunConfig(batch_size=8, ddp=DDPConfig(world_size=2, timeout_s=30), **base), run,
                     setup=register_toy, timeout_s=90)
-    d = ddp.details["ddp"]
+    d = ddp.details["distributed"]
     assert (d["rank"], d["world_size"], d["effective_batch"], d["threads_per_rank"]) == (0, 2, 16, 1)
     assert d["bytes_per_step"] == ddp.param_count * 4 and len(ddp.step_times_ms["comm"]) == 6
     assert ddp.steps == single.steps == 6
@@ -170,7 +170,7 @@ def test_ddp_of_a_model_whose_buffer_is_a_transposed_view_runs_and_says_so():
     single = run(RunConfig(batch_size=16, **base))
     ddp = run(RunConfig(batch_size=8, ddp=DDPConfig(world_size=2, timeout_s=60), **base))
     assert ddp.status == "ok", ddp.error
-    assert ddp.details["ddp"]["buffers_made_contiguous"] == ["pos_encoder.pe"]
+    assert ddp.details["distributed"]["buffers_made_contiguous"] == ["pos_encoder.pe"]
     assert any("pos_encoder.pe" in w and "contiguous" in w for w in ddp.why), ddp.why
     assert ddp.steps == single.steps == 4
     assert ddp.metric == pytest.approx(single.metric, abs=1e-6)
@@ -220,13 +220,13 @@ def test_two_torchrun_agents_on_loopback_train_what_one_node_with_two_ranks_trai
     printed = [json.loads(out) for out, _ in outs if out.strip()]
     assert len(printed) == 1  # rank 0's result; rank 1 prints and stores nothing
     nodes = printed[0]
-    assert nodes["status"] == "ok" and nodes["details"]["ddp"]["launcher"] == "torchrun"
-    assert nodes["details"]["ddp"]["world_size"] == 2
+    assert nodes["status"] == "ok" and nodes["details"]["distributed"]["launcher"] == "torchrun"
+    assert nodes["details"]["distributed"]["world_size"] == 2
     from lab.cli import main
 
     monkeypatch.setenv("LAB_RESULTS_DB", str(tmp_path / "one.sqlite"))
     capsys.readouterr()
     assert main(lab_run[2:]) == 0
     single = json.loads(capsys.readouterr().out)
-    assert single["details"]["ddp"]["launcher"] == "spawn"
+    assert single["details"]["distributed"]["launcher"] == "spawn"
     assert nodes["losses"] == single["losses"] and nodes["metric"] == single["metric"]

@@ -11,8 +11,11 @@ import pytest
 
 pytest.importorskip("pandas")
 
-from lab import ResultStore, RunConfig  # noqa: E402
-from lab.ablation import jobs  # noqa: E402
+from lab import (  # noqa: E402
+    ResultStore,
+    RunConfig,
+    jobs,  # noqa: E402
+)
 from lab.ablation.record import fmt_ratio  # noqa: E402
 from lab.doctor import jobs as doctor_jobs  # noqa: E402
 from lab.doctor.diagnosis import diagnose  # noqa: E402

@@ -49,7 +49,7 @@ def _cfg(model: str, overrides: dict) -> RunConfig:
 # ------------------------------------------------------------------------------------- verifications
 
 def _verify_prune(r, model: str, technique: str) -> None:
-    d = r.details["prune"]
+    d = r.details["pruning"]
     if technique == "structured":
         shrunk = {n: bw for n, bw in d["channels"].items() if bw[1] < bw[0]}
         assert shrunk, d["channels"]
@@ -125,7 +125,7 @@ def _verify_other(r, model: str, technique: str) -> None:
     elif technique == "fused_optimizer":
         assert r.details["steps"]["train"]["fused"] is True
     elif technique == "grad_accum":
-        d = r.details["ddp"]
+        d = r.details["distributed"]
         assert d["grad_accum_steps"] == 2 and d["effective_batch"] == 2 * d["per_rank_batch"]
 
 

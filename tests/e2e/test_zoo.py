@@ -58,11 +58,11 @@ def _verify(r, pattern: str, technique: str) -> None:
     elif technique == "checkpoint_blocks":
         assert d["memory"]["checkpointed_blocks"], d["memory"]
     elif technique == "prune50":
-        p = d["prune"]
+        p = d["pruning"]
         assert p["sparsity_prunable"] == pytest.approx(0.5, abs=0.02) and r.nonzero_params < r.param_count
         assert p["finetune"]["steps"] > 0
     elif technique == "prune_channels50":
-        p = d["prune"]
+        p = d["pruning"]
         shrunk = {n for n, (before, after) in p["channels"].items() if after < before}
         assert shrunk and r.param_count < p["params_dense"], p["channels"]
         if pattern == "tied":  # the layer feeding the tied head keeps its width, saying why; the one before shrinks

@@ -99,7 +99,7 @@ def test_run_bf16_fused_optimizer_and_masks_show_their_effects(name):
     dtypes = r.details["precision"]["phases"]["train"]["layer_dtypes"]
     matmuls = [d for d in dtypes if d["type"] in ("Linear", "Conv1D", "Conv2d")]
     assert matmuls and all(d["output_dtype"] == "bfloat16" for d in matmuls), matmuls
-    rec = r.details["prune"]
+    rec = r.details["pruning"]
     assert rec["sparsity_prunable"] == pytest.approx(0.5, abs=0.01)
     if name == "GPT2":  # the HF Conv1D layers carry the masks (lm_head is tied to the embedding: excluded)
         assert "model.lm_head.weight" in rec["excluded"]
@@ -160,7 +160,7 @@ def test_hf_resnet_structured_pruning_recalibrates_batchnorm_and_recovers_in_one
     assert cfg.prune.finetune_lr_factor == 1.0  # the default since the measurement above (was 0.1)
     r = run(cfg)
     assert r.status == "ok", r.error
-    rec = r.details["prune"]
+    rec = r.details["pruning"]
     n_bn = sum(isinstance(m, nn.BatchNorm2d) for m in hf.RESNET().make_model(hf.RESNET().size("tiny")).modules())
     assert rec["batchnorm_recalibrated"] == n_bn > 0
     assert rec["metric_pruned"] >= rec["metric_pruned_stale_batchnorm"]
@@ -266,7 +266,7 @@ def test_compiled_and_eager_training_agree_with_dropout_off():
                 latency_repeats=0)
     eager = run(RunConfig(**base))
     compiled = run(RunConfig(**base, compute=ComputeConfig(compile=True)))
-    assert compiled.status == "ok" and compiled.details["compile"]["graphs"] > 0
+    assert compiled.status == "ok" and compiled.details["compute"]["graphs"] > 0
     torch.testing.assert_close(torch.tensor(compiled.losses[:3]), torch.tensor(eager.losses[:3]),
                                rtol=1e-4, atol=1e-4)
 

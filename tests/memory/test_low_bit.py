@@ -94,6 +94,6 @@ def test_low_bit_state_is_refused_where_it_cannot_run(overrides, needle):
 def test_a_compiled_runs_first_step_counts_the_optimizers_compile_once():
     from lab.result.timeline import end_to_end_s, one_off_costs
 
-    details = {"compile": {"compile_s": 20.0}, "memory": {"optimizer_compile_s": 15.0}}
+    details = {"compute": {"compile_s": 20.0}, "memory": {"optimizer_compile_s": 15.0}}
     assert one_off_costs(details) == {"compile": 5.0, "optimizer_compile": 15.0, "total": 20.0}
     assert end_to_end_s(100.0, details) == 100.0  # both are inside the loop's time already

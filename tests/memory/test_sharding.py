@@ -75,7 +75,7 @@ def both_runs_worker(cfg_dict: dict, files: dict[str, str]) -> dict | None:
         if info.rank == 0:
             assert result.status == "ok", result.error
             out[shard] = {"losses": result.losses, "metric": result.metric, "memory": result.details["memory"],
-                          "ddp": result.details["ddp"]}
+                          "ddp": result.details["distributed"]}
     for shard, path in files.items():
         out[f"file_{shard}"] = train_file(path, RunConfig.from_dict(cfg_dict))
     return out if info.rank == 0 else None

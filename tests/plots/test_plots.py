@@ -140,7 +140,7 @@ def test_technique_figures_show_only_what_applies():
     plain = _result("a" * 32, 1.0, 0.5)
     assert list(technique_figures(plain)) == ["data wait per step"]
     pruned = _result("b" * 32, 1.0, 0.5)
-    pruned.details = {"prune": {"method": "l1_unstructured", "amount": 0.5, "schedule": "oneshot",
+    pruned.details = {"pruning": {"method": "l1_unstructured", "amount": 0.5, "schedule": "oneshot",
                                 "layers": {"fc": {"sparsity": 0.5, "shape": [2, 2], "nonzero": 2}}},
                       "precision": {"phases": {"train": {"loss_scale_history": [65536.0, 32768.0],
                                                          "skipped_steps": [0], "grad_norms": [1.0, 0.9]}}}}
@@ -188,9 +188,9 @@ def test_every_family_has_its_own_details_figures_and_sentences():
                            "kept_float_reasons": {"wide": "embedding_dim < 8"}, "n_asked": 2, "n_swapped": 1},
                   "latency": {"batch_1": {"ratio": 0.56, "ci_lo": 0.08, "ci_hi": 0.65},
                               "batch_256": {"ratio": 1.5, "ci_lo": 1.2, "ci_hi": 1.9}}},
-        "prune": {"method": "l1_unstructured", "amount": 0.5, "schedule": "oneshot", "macs_ratio": 1.67,
+        "pruning": {"method": "l1_unstructured", "amount": 0.5, "schedule": "oneshot", "macs_ratio": 1.67,
                   "inference": {"batch": 256, "speedup": 0.99, "ci95": [0.6, 1.4]}},
-        "ddp": {"world_size": 2, "backend": "gloo", "launcher": "spawn", "grad_accum_steps": 2},
+        "distributed": {"world_size": 2, "backend": "gloo", "launcher": "spawn", "grad_accum_steps": 2},
     }
     r.step_times_ms["comm"] = [3.0] * 6
     figs = technique_figures(r)

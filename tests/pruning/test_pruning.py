@@ -204,7 +204,7 @@ def test_cubic_schedule_values():
 def test_run_oneshot_with_finetune_records_the_figures(toy_workload):
     res = run(RunConfig(workload="toy", prune=PruneConfig(method="l1_unstructured", amount=0.5,
                                                           finetune_epochs=1), **FAST))
-    d = res.details["prune"]
+    d = res.details["pruning"]
     assert d["finetune"]["steps"] == 16 and d["finetune"]["time_s"] > 0
     assert d["sparsity_prunable"] == pytest.approx(0.5, abs=0.01)
     assert d["macs_ratio"] == pytest.approx(2.0, rel=0.05) and d["params"] == d["params_dense"]
@@ -215,10 +215,10 @@ def test_run_oneshot_with_finetune_records_the_figures(toy_workload):
 def test_run_gradual_lands_on_target_and_structured_shrinks(toy_workload):
     res = run(RunConfig(workload="toy", prune=PruneConfig(method="global_unstructured", amount=0.8,
                                                           schedule="gradual", frequency_steps=4), **FAST))
-    d = res.details["prune"]
+    d = res.details["pruning"]
     assert d["sparsity_prunable"] == pytest.approx(0.8, abs=0.01) and len(d["schedule_history"]) > 2
     res = run(RunConfig(workload="toy", prune=PruneConfig(method="structured_channels", amount=0.5), **FAST))
-    d = res.details["prune"]
+    d = res.details["pruning"]
     assert d["params"] < d["params_dense"] and d["macs_ratio"] > 1.5 and d["layers"]["0.weight"]["shape"][0] == 8
 
 
@@ -231,7 +231,7 @@ def test_gradual_schedule_with_gradient_accumulation_ramps_over_the_optimizer_st
     pcfg = PruneConfig(method="global_unstructured", amount=0.8, schedule="gradual", end_fraction=1.0,
                        frequency_steps=1)
     res = run(RunConfig(workload="toy", prune=pcfg, ddp=DDPConfig(grad_accum_steps=2), **FAST))
-    history = res.details["prune"]["schedule_history"]
+    history = res.details["pruning"]["schedule_history"]
     steps = [s for s, _ in history]
     assert res.steps > 2 and max(steps) == res.steps - 1  # the ramp's end is the run's last optimizer step
     assert history[-1][1] == pytest.approx(0.8, abs=0.01) and history[-2][1] < 0.8
@@ -244,7 +244,7 @@ def test_plots_build_from_pruned_results(toy_workload):
                                                           schedule="gradual"), **FAST))
     assert len(pp.layer_sparsity_bars(res).data[0].x) == 2
     assert len(pp.macs_vs_measured([res], ["g"]).data) == 2
-    assert len(pp.schedule_curve(res.details["prune"]["schedule_history"], res.steps, 0.6).data) == 2
+    assert len(pp.schedule_curve(res.details["pruning"]["schedule_history"], res.steps, 0.6).data) == 2
     rows = [{"series": "a", "sparsity": 0.5, "metric": 0.9}, {"series": "b", "sparsity": 0.5, "metric": 0.8}]
     assert len(pp.metric_vs_sparsity(rows, baseline=0.95).data) == 2
     assert len(pp.sensitivity_lines([{"layer": "0.weight", "amount": 0.5, "metric": 0.9}]).data) == 1

@@ -8,9 +8,9 @@ from lab.result import RunResult, format_result
 from lab.result.timeline import end_to_end_s, finalize, one_off_costs, time_to_target
 
 DETAILS = {
-    "compile": {"compile_s": 2.0},
+    "compute": {"compile_s": 2.0},
     "precision": {"auto": {"probe_s": 0.5}},
-    "prune": {"finetune": {"time_s": 3.0}},
+    "pruning": {"finetune": {"time_s": 3.0}},
     "quant": {"flow": "pt2e", "quantize_s": 1.5, "qat": {"time_s": 1.0}, "compile_s": {"int8": {"1": 0.2, "256": 0.3}}},
     "checkpoint_s": 0.25,
     "ddp_spawn_s": 4.0,
@@ -57,7 +57,7 @@ def test_a_model_made_after_training_reaches_the_target_only_at_its_end_to_end_t
 
 def test_finalize_writes_the_record_and_lab_run_shows_it():
     r = RunResult(run_id="a" * 32, config={"target_metric": 0.9}, env={}, metric_name="auc", metric=0.75,
-                  train_time_s=3.0, details={"eval_curve": CURVE, "eval_s": 0.3, "compile": {"compile_s": 0.4}})
+                  train_time_s=3.0, details={"eval_curve": CURVE, "eval_s": 0.3, "compute": {"compile_s": 0.4}})
     finalize(r)
     assert r.details["one_off_s"] == {"compile": 0.4, "total": 0.4}
     assert r.details["time_to_target"]["reached"] is False

@@ -28,7 +28,7 @@ def ddp_run(world: int, per_rank_batch: int, threads: int, ms: float, seed: int 
     cfg = {"workload": "ctr", "size": "small", "max_steps": 40, "epochs": None, "seed": 0, "threads": threads,
            "batch_size": per_rank_batch, "precision": {"dtype": "fp32"}, "device": "auto",
            "ddp": {"world_size": world, "grad_accum_steps": 1}}
-    details = {"ddp": {"world_size": world, "effective_batch": per_rank_batch * world}} if world > 1 else {}
+    details = {"distributed": {"world_size": world, "effective_batch": per_rank_batch * world}} if world > 1 else {}
     return RunResult(run_id=f"w{world}-{threads}-{seed}", config=cfg, env={"usable_cores": 2}, workload="ctr",
                      batch_size=per_rank_batch, step_times_ms={"total": _steps(ms, seed=seed)}, details=details)
 

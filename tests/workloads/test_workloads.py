@@ -23,6 +23,7 @@ from torch.utils.data import Dataset
 from lab import RunConfig, run
 from lab.ablation import summarize
 from lab.cli import main as cli_main
+from lab.config import load_workload
 from lab.workloads import (
     Datasets,
     SizeSpec,
@@ -33,6 +34,7 @@ from lab.workloads import (
     list_workloads,
     load_spec,
     register_workload,
+    registered,
     vision,
 )
 from lab.workloads.resnet import build_resnet
@@ -373,11 +375,18 @@ def user_file(tmp_path, request):
 
 def test_a_file_spec_registers_the_workload_and_the_config_keeps_the_spec(user_file):
     path, name = user_file
-    cfg = RunConfig(workload=f"{path}:make", size="tiny", latency_repeats=0, threads=1)
-    assert cfg.workload == name and cfg.workload_spec == f"{path}:make"
+    spec = f"{path}:make"
+    value = RunConfig(workload=spec, size="tiny", latency_repeats=0, threads=1)
+    stored = RunConfig.from_dict({"workload": name, "workload_spec": spec, "size": "tiny"})  # a stored run's
+    assert value.workload == spec and value.workload_spec is None and stored.workload_spec == spec
+    assert registered(name) is None  # built and read back: a config is a value, nothing of the user's imported
+    cfg = load_workload(value)  # where a run is prepared
+    assert cfg.workload == name and cfg.workload_spec == spec and registered(name) is not None
+    assert load_workload(cfg) is cfg and load_workload(stored) is stored  # loaded: nothing left to do
     assert RunConfig.from_dict(cfg.to_dict()) == cfg and "workload_spec" not in RunConfig().to_dict()
     assert get_workload(name).sizes["full"] is get_workload(name).sizes["tiny"]  # one SizeSpec serves all
-    res = run(cfg)
+    res = run(value)  # the run loads the spec itself and records the name it registers
+    assert res.config["workload"] == name and res.config["workload_spec"] == spec and res.workload == name
     assert res.status == "ok" and res.metric > 0.8 and not any("did not learn" in w for w in res.why)
 
 
@@ -386,7 +395,7 @@ def test_a_module_spec_and_a_list(user_file, monkeypatch):
     monkeypatch.syspath_prepend(str(path.parent))
     assert load_spec("mine:BOTH") == [f"{name}_a", f"{name}_b"]
     with pytest.raises(ValueError, match="names 2 workloads"):
-        RunConfig(workload=f"{path}:BOTH")
+        load_workload(RunConfig(workload=f"{path}:BOTH"))
 
 
 @pytest.mark.parametrize(("spec", "needle"), [
@@ -396,8 +405,9 @@ def test_a_module_spec_and_a_list(user_file, monkeypatch):
     ("lab.workloads.base:REQUIRED_SIZES", "TypeError"),
 ])
 def test_a_spec_that_cannot_be_loaded_is_one_line_naming_it(spec, needle):
+    cfg = RunConfig(workload=spec)  # a value: the spec is not imported until a run is prepared
     with pytest.raises(ValueError, match=f"workload spec '{spec}' cannot be loaded: {needle}") as info:
-        RunConfig(workload=spec)
+        load_workload(cfg)
     assert "\n" not in str(info.value)
 
 
@@ -406,6 +416,9 @@ def test_the_cli_runs_a_file_spec_and_lab_workloads_reaches_a_new_process(user_f
     assert cli_main(["run", "--workload", f"{path}:make", "--size", "tiny", "--no-store", "--no-progress",
                      "--latency-repeats", "0"]) == 0
     assert f"{name}/tiny" in capsys.readouterr().out
+    assert cli_main(["run", "--workload", f"{path.parent}/nope.py:make", "--no-store", "--no-progress"]) == 2
+    err = capsys.readouterr().err  # refused in one line by the CLI, before any work
+    assert err.count("\n") == 1 and "cannot be loaded: FileNotFoundError" in err and "Traceback" not in err
     env = {**os.environ, "LAB_WORKLOADS": f"{path}:make"}
     out = subprocess.run([sys.executable, "-c", "import lab; print(lab.list_workloads())"], env=env,
                          capture_output=True, text=True, timeout=120)
@@ -420,7 +433,7 @@ def test_ddp_ranks_load_the_spec_themselves(user_file):
     path, _ = user_file
     res = run(RunConfig(workload=f"{path}:make", size="tiny", max_steps=3, warmup_steps=1, latency_repeats=0,
                         threads=1).with_overrides(**{"ddp.world_size": 2, "ddp.timeout_s": 60}))
-    assert res.status == "ok" and res.details["ddp"]["world_size"] == 2
+    assert res.status == "ok" and res.details["distributed"]["world_size"] == 2
 
 
 class _Pairs(Dataset):

@@ -1,16 +1,20 @@
-"""One ablation per key at a time, and where a running one stands: a row per ablation key in the store's
-``jobs`` table (owner pid, token, heartbeat, status, progress state, cancel flag, the ablation's spec).
+"""A dashboard job's lock and progress: one job per key at a time, and where a running one stands: a row per
+key in the store's ``jobs`` table (owner pid, token, heartbeat, status, progress state, cancel flag, the job's
+spec). Its worker process is started by :func:`lab.jobs.launch.start`.
 
 Why in the store: the dashboard reruns its script on every click and a browser reload starts a new
-session, so nothing that lives in a session can tell whether an ablation is already running. The store is
+session, so nothing that lives in a session can tell whether a job is already running. The store is
 the one place every process (the dashboard, its worker, a CLI run) shares: a second request for a live key
 is refused (or joins it), a reload finds the live job and shows its progress, and Cancel is a flag the
 worker reads between steps. A job whose owner died stops beating; after :data:`STALE_S` without a beat (or
 at once when its pid is gone on this host) its lock expires and the next claim takes over.
 
-A job has a kind (its spec's ``"kind"``): an ablation (the default), a batch of named runs
-(:data:`lab.ablation.worker.BATCH`, the dashboard's data-loading measurement) or a machine-card measurement
-(:data:`lab.ablation.worker.MACHINE`, the Machine page's); a page re-attaches only to jobs of its own kind.
+Why a package of its own, below the ablation and the doctor: both run jobs this way (an ablation, a batch of
+named runs, a machine card by :mod:`lab.ablation.worker`; a diagnosis and its verification by
+:mod:`lab.doctor.jobs`), so the lock and the launcher belong to neither. A job has a kind (its spec's
+``"kind"``): an ablation (the default), a batch of named runs (:data:`lab.ablation.worker.BATCH`, the dashboard's
+data-loading measurement), a machine-card measurement (:data:`lab.ablation.worker.MACHINE`, the Machine page's)
+or the doctor's; a page re-attaches only to jobs of its own kind.
 """
 
 from __future__ import annotations
