@@ -15,7 +15,6 @@ re-imports the parent's main module) instead of the dashboard's ``app.py``, whic
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -141,36 +140,20 @@ def run_machine(store: ResultStore, key: str, token: str | None = None, spec: di
     return card
 
 
+def _run_job(store: ResultStore, key: str, token: str, row: dict[str, Any]) -> None:
+    """Run the claimed job ``row`` by its kind: a batch of runs, the machine card, or an ablation."""
+    if row["kind"] == BATCH:
+        run_batch(store, key, token, row["spec"])
+    elif row["kind"] == MACHINE:
+        run_machine(store, key, token, row["spec"])
+    else:
+        ablation, repeats, seeds = from_spec(row["spec"])
+        run_ablation(ablation, repeats=repeats, seeds=seeds, store=store, job_token=token)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.ablation.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--key", required=True)
-    parser.add_argument("--token", required=True)
-    args = parser.parse_args(argv)
-    with ResultStore(args.store) as store:
-        row = jobs.job(store, args.key)
-        if row is None or row["token"] != args.token or row["spec"] is None:
-            print(f"no claimed job {args.key} with this token in {args.store}", file=sys.stderr)
-            return 2
-        try:
-            if row["kind"] == BATCH:
-                run_batch(store, args.key, args.token, row["spec"])
-            elif row["kind"] == MACHINE:
-                run_machine(store, args.key, args.token, row["spec"])
-            else:
-                ablation, repeats, seeds = from_spec(row["spec"])
-                run_ablation(ablation, repeats=repeats, seeds=seeds, store=store, job_token=args.token)
-        except jobs.Cancelled:
-            return 0
-        except jobs.AlreadyRunning as exc:
-            print(exc, file=sys.stderr)
-            return 2
-        except Exception as exc:  # the job row already says "error" with this message; say it here too
-            if row["status"] == "starting" and jobs.job(store, args.key)["status"] == "starting":
-                jobs.finish(store, args.key, args.token, "error", {"error": f"{type(exc).__name__}: {exc}"})
-            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-    return 0
+    return launch.serve(argv, prog="python -m lab.ablation.worker", description=__doc__.splitlines()[0],
+                        run=_run_job)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ with ``module=WORKER``): the ablation lane's worker sits below the doctor in the
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -280,29 +279,10 @@ def run_job(store: ResultStore, key: str, token: str | None = None) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.doctor.jobs", description=__doc__.splitlines()[0])
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--key", required=True)
-    parser.add_argument("--token", required=True)
-    args = parser.parse_args(argv)
-    with ResultStore(args.store) as store:
-        row = jobs.job(store, args.key)
-        if row is None or row["token"] != args.token or row["spec"] is None:
-            print(f"no claimed job {args.key} with this token in {args.store}", file=sys.stderr)
-            return 2
-        try:
-            run_job(store, args.key, args.token)
-        except jobs.Cancelled:
-            return 0
-        except jobs.AlreadyRunning as exc:
-            print(exc, file=sys.stderr)
-            return 2
-        except Exception as exc:  # the job row says "error" with this message (or: refused before it held the lock)
-            if jobs.job(store, args.key)["status"] == "starting":
-                jobs.finish(store, args.key, args.token, "error", {"error": f"{type(exc).__name__}: {exc}"})
-            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-    return 0
+    from lab.jobs import launch
+
+    return launch.serve(argv, prog="python -m lab.doctor.jobs", description=__doc__.splitlines()[0],
+                        run=lambda store, key, token, _row: run_job(store, key, token))
 
 
 __all__ = ["DIAGNOSE", "VERIFY", "WORKER", "NextStep", "diagnose_spec", "main", "next_step", "progress",

@@ -9,11 +9,16 @@ batches of runs, the machine card), :mod:`lab.doctor.jobs` (a diagnosis, its ver
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from lab.store import ResultStore
 
 
 def log_path(store_path: str | os.PathLike[str], token: str) -> Path:
@@ -43,4 +48,38 @@ def start(store_path: str | os.PathLike[str], key: str, token: str, *, module: s
                                 stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
 
 
-__all__ = ["log_path", "start"]
+def serve(argv: list[str] | None, *, prog: str, description: str,
+          run: Callable[[ResultStore, str, str, dict[str, Any]], Any]) -> int:
+    """A worker process's ``main``: read ``--store --key --token``, check that the token holds the claimed job,
+    and ``run(store, key, token, row)``. Exit 0 when it ends or was cancelled, 2 for a job it does not hold (or one
+    already running), 1 when ``run`` raised: the job row then says "error" with the message (if ``run`` never
+    took the lock, this marks it), and stderr says it too. Every kind of worker ends the same way, so the pages
+    read one set of endings."""
+    from lab import jobs
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--token", required=True)
+    args = parser.parse_args(argv)
+    with ResultStore(args.store) as store:
+        row = jobs.job(store, args.key)
+        if row is None or row["token"] != args.token or row["spec"] is None:
+            print(f"no claimed job {args.key} with this token in {args.store}", file=sys.stderr)
+            return 2
+        try:
+            run(store, args.key, args.token, row)
+        except jobs.Cancelled:
+            return 0
+        except jobs.AlreadyRunning as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        except Exception as exc:  # the job row says "error" with this message (or: refused before it held the lock)
+            if row["status"] == "starting" and jobs.job(store, args.key)["status"] == "starting":
+                jobs.finish(store, args.key, args.token, "error", {"error": f"{type(exc).__name__}: {exc}"})
+            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+__all__ = ["log_path", "serve", "start"]
