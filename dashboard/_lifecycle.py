@@ -28,8 +28,12 @@ from lab.doctor import jobs as doctor_jobs
 from lab.jobs.launch import log_path
 from lab.jobs.launch import start as start_worker
 
-#: Seconds between progress refreshes while a job runs.
-REFRESH_S = 1.0
+#: Seconds between progress refreshes while a job runs (a line of text: cheap to redraw).
+REFRESH_S = 5.0
+#: Seconds between redraws of a running job's figures so far (a chart and a table: a redraw costs the server and
+#: the browser about a core for most of a second, which the worker's contention meter rightly counts as another
+#: process; redrawn every second, the page alone made every run of a 2-core machine's ablation "busy").
+FIGURES_S = 60.0
 
 
 #: The key prefix of the doctor's verification ablation (run inside a verification job, :mod:`lab.doctor.jobs`):
@@ -156,12 +160,20 @@ def worker_line(job: dict[str, Any], noun: str) -> str:
             f"re-attaches to it; {kept}.")
 
 
-@st.fragment(run_every=REFRESH_S)
 def live_progress(key: str, so_far: Callable[[dict[str, Any]], None] | None = None, noun: str = "ablation",
                   lead: str = "") -> None:
-    """Redrawn every second while the job runs: ``lead`` and :func:`worker_line` (in here, so the worker's pid
-    shows as soon as it adopts the job, not at the next full rerun), the progress line and ``so_far(job)``
-    under it (the figures of the runs finished so far); a full rerun when it ends shows the results."""
+    """While the job runs: its progress, redrawn every :data:`REFRESH_S` seconds, and under it ``so_far(job)``
+    (the figures of the runs finished so far), redrawn only every :data:`FIGURES_S` seconds, so that the page
+    does not itself make the machine it measures busy; a full rerun when the job ends shows the results."""
+    _progress(key, noun, lead)
+    if so_far is not None:
+        _figures_so_far(key, so_far)
+
+
+@st.fragment(run_every=REFRESH_S)
+def _progress(key: str, noun: str, lead: str) -> None:
+    """``lead`` and :func:`worker_line` (in here, so the worker's pid shows as soon as it adopts the job, not at
+    the next full rerun) and the progress line; the full rerun when the job has ended."""
     found = jobs.job(_shared.store(), key)
     if found is None or not found["live"]:
         st.rerun()
@@ -169,7 +181,12 @@ def live_progress(key: str, so_far: Callable[[dict[str, Any]], None] | None = No
     frac, line = progress_line(found)
     st.progress(frac, text="running" + (" (cancel requested: stops before the next step)" if found["cancel"] else ""))
     st.markdown(line)
-    if so_far is not None:
+
+
+@st.fragment(run_every=FIGURES_S)
+def _figures_so_far(key: str, so_far: Callable[[dict[str, Any]], None]) -> None:
+    found = jobs.job(_shared.store(), key)
+    if found is not None and found["live"]:  # once it has ended, the progress fragment's full rerun redraws all
         so_far(found)
 
 

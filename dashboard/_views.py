@@ -117,7 +117,8 @@ def show_ablation(df, runs_by_arm: dict | None, *, speed: str, speed_name: str, 
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _so_far(store_path: str, key: str, done: int, spec_json: str) -> tuple[Any, dict, int] | None:
     """(table, runs, arms that ran) of a running ablation after ``done`` runs, built once per finished run
-    (the progress fragment redraws every second; the store is read again only when a run was added)."""
+    (the figures fragment redraws every ``_lifecycle.FIGURES_S`` seconds; the store is read again only when a run
+    was added)."""
     ablation, repeats, seeds = from_spec(json.loads(spec_json))
     runs = load_ablation(ablation, _shared.store(), repeats, seeds)
     if not runs.get("baseline"):

@@ -71,6 +71,16 @@ def private_store(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _no_settling(monkeypatch):
+    """No wait for a quiet machine before each ablation run (lab.measure.contention.settle): up to 2 s per run
+    on a busy CI box, and the suite asserts no timings; tests/measure/test_contention.py tests the wait itself,
+    and the browser test's worker (another process) waits as a user's would."""
+    from lab.measure import contention
+
+    monkeypatch.setattr(contention, "SETTLE_MAX_S", 0.0)
+
+
+@pytest.fixture(autouse=True)
 def _restore_main_module():
     """Streamlit's AppTest runs a page as ``__main__`` and leaves it there; a data-parallel run spawned by a
     later test would then re-run that temporary script in every rank (multiprocessing's spawn re-imports

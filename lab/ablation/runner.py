@@ -20,7 +20,7 @@ from lab import jobs
 from lab.ablation.summary import AA_ARM, AXES, summarize
 from lab.config import RunConfig, load_workload
 from lab.loop import raise_if_interrupted
-from lab.measure import environment_stamp
+from lab.measure import contention, environment_stamp
 from lab.result import RunResult, new_run_id, utc_now_iso
 from lab.store import ResultStore, config_hash
 from lab.train import run
@@ -146,6 +146,57 @@ class _Progress:
             self.hb.check()
 
 
+class _Settling:
+    """Quiet runs on a machine that is only bursty. Before each timed run, wait for a burst of other work to pass
+    (:func:`lab.measure.contention.settle`); a run whose meter still says busy (a burst came during it: a page
+    redrawing its progress, the dashboard's own included) is measured again, at most :data:`REDO` times, the
+    discarded readings kept on the stored run (``details["contention"]["discarded"]``). After :data:`GIVE_UP`
+    waits in a row that found no quiet window the machine is busy, not bursty: no more waiting or redoing (it
+    would only lengthen the ablation), and every run's meter says busy, which withholds the verdict as before.
+    Off when :data:`lab.measure.contention.SETTLE_MAX_S` is 0."""
+
+    GIVE_UP = 3
+    REDO = 2
+
+    def __init__(self) -> None:
+        self.in_vain = 0
+
+    @property
+    def on(self) -> bool:
+        return contention.SETTLE_MAX_S > 0 and self.in_vain < self.GIVE_UP
+
+    def before_run(self) -> None:
+        if self.on:
+            seen = contention.settle()
+            self.in_vain = self.in_vain + 1 if seen is not None and seen.busy else 0
+
+    def redo(self, result: RunResult, attempt: int) -> bool:
+        """Whether to measure ``result``'s run again (its ``attempt``-th redo would be next)."""
+        busy = (result.details.get("contention") or {}).get("busy")
+        return bool(busy) and result.status == "ok" and attempt < self.REDO and self.on
+
+
+def _measured_quietly(run_fn: RunFn, cfg: RunConfig, inner: ProgressFn, waits: _Settling) -> RunResult:
+    """One run of the ablation, measured again while a burst spoiled it (:class:`_Settling`); an arm that fails
+    or is refused before any work is an error row, not a crash."""
+    discarded: list[dict[str, Any]] = []
+    attempt = 0
+    while True:
+        waits.before_run()
+        try:
+            done = run_fn(cfg, progress=inner, on_error="record")
+        except Exception as exc:
+            return _error_result(cfg, exc)
+        if not waits.redo(done, attempt):
+            break
+        seen = done.details["contention"]
+        discarded.append({k: seen.get(k) for k in ("others_cores", "steal_share", "wall_s")})
+        attempt += 1
+    if discarded:
+        done.details["contention"]["discarded"] = discarded
+    return done
+
+
 def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0,),
                  store: ResultStore | None = None, progress: ProgressFn | None = None,
                  run_fn: RunFn | None = None, job_token: str | None = None, budget_pt: float = 1.0,
@@ -179,6 +230,7 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
         track = _Progress(len(plan), hb)
         if estimate:
             track.state["estimate_s"] = float(estimate["total_s"])
+        waits = _Settling()
         for i, (arm, rep, s, cfg) in enumerate(plan):
             raise_if_interrupted()  # a Ctrl-C Python swallowed (inside a DataLoader's fork) still stops here
             track.start_run(i, arm, rep, s)
@@ -190,10 +242,7 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
                     track.step(ev)
                     if progress:
                         progress({"phase": "run", "arm": a, "event": ev})
-                try:
-                    done = run_fn(cfg, progress=inner, on_error="record")
-                except Exception as exc:  # refused before any work, or a bug in the arm: an error row, not a crash
-                    done = _error_result(cfg, exc)
+                done = _measured_quietly(run_fn, cfg, inner, waits)
                 if store is not None:
                     store.add(done, label=label)
             runs[arm].append(done)
