@@ -18,6 +18,10 @@ Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.score
   this set is the held-out test, and no rule may be fitted on it.
 - ``pasted``: models as people paste them (``tests/gallery_pasted.py``, issue 45's patterns), written before the
   risk-aware prescription and the small-attention compile rule, scored before and after them.
+- ``fresh``: models as people paste them, a second time (``tests/gallery_fresh.py``: a char-RNN GRU, a keyword
+  spotter, a CIFAR ResNet, a padded ``nn.TransformerEncoder`` classifier, a tabular MLP, a two-tower recommender,
+  a timm-style ViT), written after the risk-aware rule and the small-attention compile rule; held out for every
+  rule change after it.
 
 For each case the doctor profiles a baseline and predicts every technique in the list
 (:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
@@ -53,6 +57,7 @@ from _common import emit, figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gallery import register_gallery  # noqa: E402
+from gallery_fresh import register_fresh  # noqa: E402
 from gallery_pasted import register_pasted  # noqa: E402
 from gallery_unseen import register_unseen  # noqa: E402
 
@@ -82,7 +87,9 @@ HF_MODELS = ("BERT", "DISTILBERT", "GPT2", "VIT", "RESNET")  # lab.workloads.hf'
 SETS = {"builtin": "built-in ladders (in-sample)", "gallery": "user-model gallery (held out)",
         "hf": "Hugging Face gallery (held out)",
         "unseen": "models no doctor rule was fitted on (held out)",
-        "pasted": "models as people paste them, built before issue 45's rules (held out)"}
+        "pasted": "models as people paste them, built before issue 45's rules (held out)",
+        "fresh": "models as people paste them, built after the risk-aware and small-attention rules (held out for "
+                 "every rule change after them)"}
 #: The goals of issue 28 on a held-out set: name -> (scorecard key, test).
 GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": ("regret_mean", lambda v: v <= 0.05),
          "worst regret <= 20 %": ("regret_worst", lambda v: v <= 0.2),
@@ -99,6 +106,8 @@ def case_set(workload: str) -> str:
         return "unseen"
     if workload.startswith("pasted_"):
         return "pasted"
+    if workload.startswith("fresh_"):
+        return "fresh"
     if workload.startswith("hf_") or "workloads.hf:" in workload:
         return "hf"
     return "builtin"
@@ -118,6 +127,7 @@ def hf_available() -> str | None:
 def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str]]:
     """The cases of ``sets`` and, per set left out, why."""
     gallery, unseen, pasted = list(register_gallery()), list(register_unseen()), list(register_pasted())
+    fresh = list(register_fresh())
     out: list[tuple[str, ...]] = []
     why: dict[str, str] = {}
     for s in sets:  # in the order asked
@@ -129,6 +139,8 @@ def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str
             out += [(u, "tiny") for u in (unseen[:2] if quick else unseen)]
         elif s == "pasted":
             out += [(u, "tiny") for u in (pasted[:2] if quick else pasted)]
+        elif s == "fresh":
+            out += [(u, "tiny") for u in (fresh[:2] if quick else fresh)]
         elif (reason := hf_available()) is None:
             out += [(f"lab.workloads.hf:{m}", "tiny") for m in (HF_MODELS[:2] if quick else HF_MODELS)]
         else:
@@ -209,6 +221,7 @@ def main() -> None:
         register_gallery()
         register_unseen()
         register_pasted()
+        register_fresh()
         for workload, size, *rung in todo:
             c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
                          max_steps=None if args.quick else MAX_STEPS, calibration=cal,
