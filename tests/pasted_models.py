@@ -23,7 +23,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from gallery import _planted_tokens, _split, accuracy
+from gallery import accuracy, planted_token_data, right_padded
 from torch import nn
 
 from lab.workloads import Datasets, SizeSpec, Workload
@@ -33,21 +33,12 @@ PAD = 1  # RoBERTa's padding_idx: ids are shifted by 2 so that 0 and 1 are never
 
 
 def _tokens(spec: SizeSpec, seed: int) -> Datasets:
-    g = torch.Generator().manual_seed(5000 + seed)
-    x, y = _planted_tokens(spec.n_train + spec.n_test, VOCAB, SEQ, N_CLASSES, 4, g)
-    return _split(x, y, spec, seed, {"source": "planted-mode tokens", "vocab": VOCAB, "seq": SEQ})
+    return planted_token_data(spec, seed, seed_base=5000, vocab=VOCAB, seq=SEQ, n_classes=N_CLASSES, plant=4)
 
 
 def _padded_tokens(spec: SizeSpec, seed: int) -> Datasets:
     """The planted tokens shifted past the padding id, the last 0-3 positions of each row padded."""
-    d = _tokens(spec, seed)
-
-    def pad(x: torch.Tensor) -> torch.Tensor:
-        x = x + 2
-        n_pad = torch.arange(len(x)) % 4
-        x[torch.arange(SEQ)[None, :] >= SEQ - n_pad[:, None]] = PAD
-        return x
-    return Datasets(train=(pad(d.train[0]), d.train[1]), test=(pad(d.test[0]), d.test[1]), info=d.info)
+    return right_padded(_tokens(spec, seed), shift=2, pad=PAD, most=3)
 
 
 # -------------------------------------------------------------------------- RoBERTa: int tensors in forward
