@@ -24,6 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 from gallery import accuracy, planted_token_data, right_padded
+from gallery_pasted import PositionalEncoding  # word_language_model's, as published
 from torch import nn
 
 from lab.workloads import Datasets, SizeSpec, Workload
@@ -104,25 +105,6 @@ class LSTMLanguageModel(RNNModel):
         hidden = self.init_hidden(tokens.shape[0])
         logp, _ = super().forward(tokens.t(), hidden)
         return logp.view(tokens.shape[1], tokens.shape[0], -1)[-1]
-
-
-class PositionalEncoding(nn.Module):
-    """word_language_model's, as published: the table is registered as a transposed view ``[max_len, 1, d]``."""
-
-    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000) -> None:
-        super().__init__()
-        self.dropout = nn.Dropout(p=dropout)
-        pe = torch.zeros(max_len, d_model)
-        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
-        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-        pe[:, 0::2] = torch.sin(position * div_term)
-        pe[:, 1::2] = torch.cos(position * div_term)
-        pe = pe.unsqueeze(0).transpose(0, 1)
-        self.register_buffer("pe", pe)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.pe[:x.size(0), :]
-        return self.dropout(x)
 
 
 class TransformerModel(nn.Transformer):

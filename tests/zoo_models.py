@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from gallery import accuracy, planted_token_data, right_padded
+from gallery_pasted import LayerNorm  # nanoGPT's, as the pasted set writes it
 from pasted_models import TransformerModel
 from torch import nn
 
@@ -165,18 +166,6 @@ class TransformerSubclass(TransformerModel):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return super().forward(tokens.t())[-1][:, :N_CLASSES]
-
-
-class LayerNorm(nn.Module):
-    """nanoGPT's: LayerNorm with an optional bias (PyTorch's had none to turn off)."""
-
-    def __init__(self, ndim: int, bias: bool) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
 class RMSNorm(nn.Module):
