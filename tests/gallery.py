@@ -75,10 +75,29 @@ def _planted_tokens(n: int, vocab: int, seq: int, n_classes: int, plant: int, g:
     return x, y
 
 
+def planted_token_data(spec: SizeSpec, seed: int, *, seed_base: int, vocab: int, seq: int, n_classes: int,
+                       plant: int) -> Datasets:
+    """A split of :func:`_planted_tokens` drawn from seed ``seed_base + seed``: the token data of this gallery and
+    of the model sets built on it (``pasted_models``, ``zoo_models``), each with its own seed base and sizes."""
+    g = torch.Generator().manual_seed(seed_base + seed)
+    x, y = _planted_tokens(spec.n_train + spec.n_test, vocab, seq, n_classes, plant, g)
+    return _split(x, y, spec, seed, {"source": "planted-mode tokens", "vocab": vocab, "seq": seq})
+
+
+def right_padded(d: Datasets, *, shift: int, pad: int, most: int) -> Datasets:
+    """``d`` with every id shifted by ``shift`` (past the padding id ``pad``) and the last ``i % (most + 1)``
+    positions of row ``i`` set to ``pad``: padded rows, for models that build a padding mask in ``forward``."""
+
+    def padded(x: torch.Tensor) -> torch.Tensor:
+        x = x + shift
+        n_pad = torch.arange(len(x)) % (most + 1)
+        x[torch.arange(x.shape[1])[None, :] >= x.shape[1] - n_pad[:, None]] = pad
+        return x
+    return Datasets(train=(padded(d.train[0]), d.train[1]), test=(padded(d.test[0]), d.test[1]), info=d.info)
+
+
 def _token_data(spec: SizeSpec, seed: int) -> Datasets:
-    g = torch.Generator().manual_seed(1000 + seed)
-    x, y = _planted_tokens(spec.n_train + spec.n_test, VOCAB, SEQ, N_CLASS_TOKENS, 5, g)
-    return _split(x, y, spec, seed, {"source": "planted-mode tokens", "vocab": VOCAB, "seq": SEQ})
+    return planted_token_data(spec, seed, seed_base=1000, vocab=VOCAB, seq=SEQ, n_classes=N_CLASS_TOKENS, plant=5)
 
 
 class TokenTransformer(nn.Module):

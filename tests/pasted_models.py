@@ -23,7 +23,8 @@ import math
 
 import torch
 import torch.nn.functional as F
-from gallery import _planted_tokens, _split, accuracy
+from gallery import accuracy, planted_token_data, right_padded
+from gallery_pasted import PositionalEncoding  # word_language_model's, as published
 from torch import nn
 
 from lab.workloads import Datasets, SizeSpec, Workload
@@ -33,21 +34,12 @@ PAD = 1  # RoBERTa's padding_idx: ids are shifted by 2 so that 0 and 1 are never
 
 
 def _tokens(spec: SizeSpec, seed: int) -> Datasets:
-    g = torch.Generator().manual_seed(5000 + seed)
-    x, y = _planted_tokens(spec.n_train + spec.n_test, VOCAB, SEQ, N_CLASSES, 4, g)
-    return _split(x, y, spec, seed, {"source": "planted-mode tokens", "vocab": VOCAB, "seq": SEQ})
+    return planted_token_data(spec, seed, seed_base=5000, vocab=VOCAB, seq=SEQ, n_classes=N_CLASSES, plant=4)
 
 
 def _padded_tokens(spec: SizeSpec, seed: int) -> Datasets:
     """The planted tokens shifted past the padding id, the last 0-3 positions of each row padded."""
-    d = _tokens(spec, seed)
-
-    def pad(x: torch.Tensor) -> torch.Tensor:
-        x = x + 2
-        n_pad = torch.arange(len(x)) % 4
-        x[torch.arange(SEQ)[None, :] >= SEQ - n_pad[:, None]] = PAD
-        return x
-    return Datasets(train=(pad(d.train[0]), d.train[1]), test=(pad(d.test[0]), d.test[1]), info=d.info)
+    return right_padded(_tokens(spec, seed), shift=2, pad=PAD, most=3)
 
 
 # -------------------------------------------------------------------------- RoBERTa: int tensors in forward
@@ -113,25 +105,6 @@ class LSTMLanguageModel(RNNModel):
         hidden = self.init_hidden(tokens.shape[0])
         logp, _ = super().forward(tokens.t(), hidden)
         return logp.view(tokens.shape[1], tokens.shape[0], -1)[-1]
-
-
-class PositionalEncoding(nn.Module):
-    """word_language_model's, as published: the table is registered as a transposed view ``[max_len, 1, d]``."""
-
-    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000) -> None:
-        super().__init__()
-        self.dropout = nn.Dropout(p=dropout)
-        pe = torch.zeros(max_len, d_model)
-        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
-        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-        pe[:, 0::2] = torch.sin(position * div_term)
-        pe[:, 1::2] = torch.cos(position * div_term)
-        pe = pe.unsqueeze(0).transpose(0, 1)
-        self.register_buffer("pe", pe)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.pe[:x.size(0), :]
-        return self.dropout(x)
 
 
 class TransformerModel(nn.Transformer):

@@ -10,6 +10,21 @@ from torch import nn
 from lab.workloads import Datasets, SizeSpec, Workload
 
 
+class MapStyleDataset(torch.utils.data.Dataset):
+    """A user's map-style dataset (``__len__`` and ``__getitem__``, one ``(features, label)`` item at a time):
+    ``n`` rows of ``features`` normal features and a 0/1 label, drawn from ``seed``."""
+
+    def __init__(self, n: int, features: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x, self.y = torch.randn(n, features, generator=g), torch.randint(0, 2, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
 def _toy_data(spec: SizeSpec, seed: int) -> Datasets:
     g = torch.Generator().manual_seed(seed)
     n = spec.n_train + spec.n_test

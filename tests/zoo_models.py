@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from gallery import _planted_tokens, _split, accuracy
+from gallery import accuracy, planted_token_data, right_padded
+from gallery_pasted import LayerNorm  # nanoGPT's, as the pasted set writes it
 from pasted_models import TransformerModel
 from torch import nn
 
@@ -40,21 +41,12 @@ PAD = 0  # zoo_int_forward pads with 0: the planted ids are shifted by one
 
 
 def _tokens(spec: SizeSpec, seed: int) -> Datasets:
-    g = torch.Generator().manual_seed(7000 + seed)
-    x, y = _planted_tokens(spec.n_train + spec.n_test, VOCAB, SEQ, N_CLASSES, 4, g)
-    return _split(x, y, spec, seed, {"source": "planted-mode tokens", "vocab": VOCAB, "seq": SEQ})
+    return planted_token_data(spec, seed, seed_base=7000, vocab=VOCAB, seq=SEQ, n_classes=N_CLASSES, plant=4)
 
 
 def _padded(spec: SizeSpec, seed: int) -> Datasets:
     """The tokens shifted past the padding id 0, the last 0-2 positions of each row padded."""
-    d = _tokens(spec, seed)
-
-    def pad(x: torch.Tensor) -> torch.Tensor:
-        x = x + 1
-        n_pad = torch.arange(len(x)) % 3
-        x[torch.arange(SEQ)[None, :] >= SEQ - n_pad[:, None]] = PAD
-        return x
-    return Datasets(train=(pad(d.train[0]), d.train[1]), test=(pad(d.test[0]), d.test[1]), info=d.info)
+    return right_padded(_tokens(spec, seed), shift=1, pad=PAD, most=2)
 
 
 class FeedForward(nn.Module):
@@ -174,18 +166,6 @@ class TransformerSubclass(TransformerModel):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return super().forward(tokens.t())[-1][:, :N_CLASSES]
-
-
-class LayerNorm(nn.Module):
-    """nanoGPT's: LayerNorm with an optional bias (PyTorch's had none to turn off)."""
-
-    def __init__(self, ndim: int, bias: bool) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
 
 
 class RMSNorm(nn.Module):

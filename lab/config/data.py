@@ -20,6 +20,7 @@ class DataConfig(_Family):
     SWITCH: ClassVar[str] = "data.loader other than 'memory' (--loader)"
     OFF_OK: ClassVar[tuple[str, ...]] = ("shuffle", "drop_last", "source", "ideal_replay")
     SOURCES: ClassVar[tuple[str, ...]] = ("memory", "files")
+    ALLOWED: ClassVar[dict[str, tuple[str, ...]]] = {"source": SOURCES}
     HELP: ClassVar[dict[str, str]] = {
         "loader": "how batches reach the model: memory slices in-memory tensors (the upper bound a loader can hit), "
                   "dataloader is torch's DataLoader, the others are the data-loading lab's (notebook 01)",

@@ -21,6 +21,8 @@ class DDPConfig(_Family):
     SHARDS: ClassVar[tuple[str, ...]] = ("batch", "contiguous", "strided", "hash")
     #: The order the shards are cut from: the split as stored (time order for ctr) or sorted by label.
     SHARD_ORDERS: ClassVar[tuple[str, ...]] = ("stored", "label")
+    ALLOWED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "backend": BACKENDS, "shard": SHARDS, "shard_order": SHARD_ORDERS}
     HELP: ClassVar[dict[str, str]] = {
         "world_size": "data-parallel ranks (processes) the run spawns (1: no data parallelism)",
         "backend": "process-group backend (auto: gloo on CPU, nccl on CUDA)",

@@ -26,6 +26,9 @@ class _Family:
     #: Field name -> one line saying what it means (unit where it has one): its flag's help; the CLI adds the
     #: allowed values and the default (:mod:`lab.config.flags`).
     HELP: ClassVar[dict[str, str]] = {}
+    #: Field name -> the values it may take (the tuple its check validates against): its flag's help lists them
+    #: (:mod:`lab.config.flags`), so a family states them once, beside the field, and the CLI names no family.
+    ALLOWED: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     @property
     def enabled(self) -> bool:  # pragma: no cover - overridden

@@ -13,19 +13,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from lab.config import (
-    FAMILIES,
-    MODEL_SCALES,
-    OPTIMIZERS,
-    SIZES,
-    DataConfig,
-    DDPConfig,
-    MemoryConfig,
-    PrecisionConfig,
-    PruneConfig,
-    QuantConfig,
-    RunConfig,
-)
+from lab.config import FAMILIES, MODEL_SCALES, OPTIMIZERS, SIZES, RunConfig
 from lab.registry import LOADERS, STORAGES, WORKLOADS
 
 ALIASES = {
@@ -42,14 +30,10 @@ CHOICES = {"data.loader": LOADERS, "data.storage": STORAGES}
 #: Allowed values listed in a flag's help, from the tuples the configs validate against. Not argparse choices:
 #: the config's own message for a bad value (it names the field) is what a user sees. ``workload`` lists the
 #: registered names at the time the parser is built (a spec is allowed too; LAB_WORKLOADS loads after parsing).
+#: A family's fields list what its config class declares (``ALLOWED``, beside the fields).
 ALLOWED: dict[str, Any] = {
     "workload": WORKLOADS, "size": SIZES, "optimizer": OPTIMIZERS, "model_scale": MODEL_SCALES,
-    "data.source": DataConfig.SOURCES, "precision.dtype": PrecisionConfig.DTYPES,
-    "prune.method": PruneConfig.METHODS, "prune.schedule": PruneConfig.SCHEDULES,
-    "quant.method": QuantConfig.METHODS, "quant.flow": QuantConfig.FLOWS, "quant.observer": QuantConfig.OBSERVERS,
-    "quant.reduce_range": QuantConfig.REDUCE_RANGE, "ddp.backend": DDPConfig.BACKENDS, "ddp.shard": DDPConfig.SHARDS,
-    "ddp.shard_order": DDPConfig.SHARD_ORDERS, "memory.checkpoint": MemoryConfig.CHECKPOINTS,
-    "memory.optimizer_state": MemoryConfig.OPTIMIZER_STATES, "memory.shard": MemoryConfig.SHARDS, **CHOICES,
+    **{f"{key}.{name}": values for key, cls in FAMILIES.items() for name, values in cls.ALLOWED.items()}, **CHOICES,
 }
 
 

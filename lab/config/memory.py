@@ -29,6 +29,8 @@ class MemoryConfig(_Family):
     CHECKPOINTS: ClassVar[tuple[str, ...]] = ("none", "blocks")
     OPTIMIZER_STATES: ClassVar[tuple[str, ...]] = ("fp32", "int8", "int4")
     SHARDS: ClassVar[tuple[str, ...]] = ("none", "fsdp2")
+    ALLOWED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "checkpoint": CHECKPOINTS, "optimizer_state": OPTIMIZER_STATES, "shard": SHARDS}
     HELP: ClassVar[dict[str, str]] = {
         "checkpoint": "activation checkpointing: blocks recomputes each of the model's blocks in backward instead "
                       "of keeping its activations (fewer saved bytes, one more forward of the blocks); none: off",

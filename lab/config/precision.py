@@ -16,6 +16,7 @@ class PrecisionConfig(_Family):
     family: ClassVar[str] = "precision"
     SWITCH: ClassVar[str] = "precision.dtype other than 'fp32' (--precision)"
     DTYPES: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "auto")
+    ALLOWED: ClassVar[dict[str, tuple[str, ...]]] = {"dtype": DTYPES}
     HELP: ClassVar[dict[str, str]] = {
         "dtype": "forward-pass precision under autocast (auto: decided on the run's own first steps)",
         "fp32_modules": "comma-separated module names or types kept in fp32 under autocast (e.g. head,LSTM)",

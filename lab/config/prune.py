@@ -25,6 +25,7 @@ class PruneConfig(_Family):
     MASK_METHODS: ClassVar[tuple[str, ...]] = ("l1_unstructured", "global_unstructured", "random_unstructured")
     METHODS: ClassVar[tuple[str, ...]] = ("none", *MASK_METHODS, "structured_channels")
     SCHEDULES: ClassVar[tuple[str, ...]] = ("oneshot", "gradual")
+    ALLOWED: ClassVar[dict[str, tuple[str, ...]]] = {"method": METHODS, "schedule": SCHEDULES}
     HELP: ClassVar[dict[str, str]] = {
         "method": "weight pruning of the trained model, then optionally fine-tuned; none: off",
         "amount": "fraction of weights zeroed (unstructured methods) or of output channels removed per layer "

@@ -34,6 +34,8 @@ class QuantConfig(_Family):
     FLOWS: ClassVar[tuple[str, ...]] = ("pt2e", "legacy", "auto")
     OBSERVERS: ClassVar[tuple[str, ...]] = ("histogram", "minmax", "moving_average")
     REDUCE_RANGE: ClassVar[tuple[str, ...]] = ("auto", "on", "off")
+    ALLOWED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "method": METHODS, "flow": FLOWS, "observer": OBSERVERS, "reduce_range": REDUCE_RANGE}
     HELP: ClassVar[dict[str, str]] = {
         "method": "int8 quantization: dynamic or static (calibrated) post-training, or qat (quantization-aware "
                   "fine-tuning); none: off",

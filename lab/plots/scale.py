@@ -8,6 +8,7 @@ raw figures (base / technique ms, regime, why) on hover.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import plotly.graph_objects as go
@@ -157,21 +158,22 @@ def reference_figure(reference: list[dict[str, Any]], height: int = 380) -> go.F
 AXIS_WORDS = {"train_step": "training step", "inference": "inference"}
 
 
-def _g3(x: Any) -> str:
+def _cell(x: Any, fmt: Callable[[float], str]) -> str:
+    """A table cell: ``fmt`` of ``x`` as a number, blank where ``x`` is missing, not a number, or NaN."""
     try:
         v = float(x)
     except (TypeError, ValueError):
         return ""
-    return "" if v != v else f"{v:.3g}"
+    return "" if v != v else fmt(v)
+
+
+def _g3(x: Any) -> str:
+    return _cell(x, lambda v: f"{v:.3g}")
 
 
 def _count(x: Any) -> str:
     """A parameter count as a person reads it: ``209,434`` (3 significant digits would print ``2.09e+05``)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return ""
-    return "" if v != v else f"{round(v):,}"
+    return _cell(x, lambda v: f"{round(v):,}")
 
 
 def placement_table(predictions: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The command line: results for good input, one-line errors and exit status 2 for bad input."""
+"""The command line: results for good input. Bad input (one line, exit status 2, before any work) is one table,
+the fault suite's: tests/e2e/test_faults_cli.py."""
 
 from __future__ import annotations
 
@@ -10,28 +11,6 @@ import pandas as pd
 import pytest
 
 from lab.cli import main
-
-
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["run", "--workload", "imagenet"], "workload='imagenet' is invalid"),
-    (["run", "--batch-size", "abc"], "--batch-size"),
-    (["run", "--batch-size", "0"], "batch_size=0 is invalid"),
-    (["run", "--size", "huge"], "size='huge'"),
-    (["run", "--precision", "fp8"], "precision.dtype='fp8'"),
-    (["run", "--loader", "thread", "--data-prefetch-depth", "0"], "data.prefetch_depth=0"),
-    (["run", "--world-size", "0", "--size", "tiny"], "ddp.world_size=0"),
-    (["run", "--prune", "structured_channels", "--prune-amount", "1.5", "--size", "tiny"], "prune.amount=1.5"),
-    (["run", "--no-such-flag"], "unrecognized arguments"),
-    (["frobnicate"], "invalid choice"),
-    (["ablate", "--size", "huge"], "size='huge' is invalid"),  # the config's own flag and check
-    (["ablate", "--recipe", "nope", "--size", "tiny"], "nope"),
-    ([], "required"),
-    (["bench", "--only", "nope"], "unknown benchmark"),
-])
-def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("lab: error:") and needle in err, err
 
 
 def test_run_store_list_export(tmp_path, capsys):

@@ -70,31 +70,12 @@ def _first_page() -> None:
 
 
 @pytest.fixture
-def launched(monkeypatch) -> list[str]:
-    """The card's worker launches, run here as tests/dashboard/test_dashboard_doctor.py runs them (the keys, in
-    order); the diagnosis predicts one technique, so it takes a fraction of a second."""
-    root = Path(APP).parents[1]
-    monkeypatch.chdir(root)
-    monkeypatch.syspath_prepend(str(root / "dashboard"))
-    import _lifecycle
-
-    from lab.doctor import jobs as doctor_jobs
+def diagnose_fn():
+    """The card's diagnosis predicts one technique, so it takes a fraction of a second (the worker launches run
+    here: ``launched``, tests/dashboard/conftest.py)."""
     from lab.doctor.diagnosis import diagnose
 
-    keys: list[str] = []
-
-    def inline(store_path, key, token, module="lab.ablation.worker"):
-        assert module == doctor_jobs.WORKER
-        keys.append(key)
-        with ResultStore(store_path) as store:
-            if key.startswith("diagnose@"):
-                doctor_jobs.run_diagnosis(store, key, token, diagnose_fn=lambda cfg, techniques, **kw: diagnose(
-                    cfg, techniques=["fused_optim"], **kw))
-            else:
-                doctor_jobs.run_job(store, key, token)
-
-    monkeypatch.setattr(_lifecycle, "start_worker", inline)
-    return keys
+    return lambda cfg, techniques, **kw: diagnose(cfg, techniques=["fused_optim"], **kw)
 
 
 def test_with_nothing_stored_the_card_diagnoses_then_verifies_and_then_reads_the_verification(private_store, launched):

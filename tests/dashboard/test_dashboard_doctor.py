@@ -46,25 +46,6 @@ def _chart_ids(at: AppTest) -> str:
     return " ".join(el.proto.id for el in at.get("plotly_chart"))
 
 
-@pytest.fixture
-def launched(monkeypatch) -> list[str]:
-    """The page's worker launches, run here (the keys launched, in order)."""
-    monkeypatch.chdir(ROOT)
-    monkeypatch.syspath_prepend(str(ROOT / "dashboard"))
-    import _lifecycle
-
-    keys: list[str] = []
-
-    def inline(store_path, key, token, module="lab.ablation.worker"):
-        assert module == doctor_jobs.WORKER
-        keys.append(key)
-        with ResultStore(store_path) as store:
-            doctor_jobs.run_job(store, key, token)
-
-    monkeypatch.setattr(_lifecycle, "start_worker", inline)
-    return keys
-
-
 def _table(at: AppTest, column: str):
     return next(d.value for d in at.dataframe if column in d.value.columns)
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toy_workload import MapStyleDataset
 
 import lab
 from lab.config import DataConfig, RunConfig
@@ -188,20 +189,6 @@ def test_data_bound_tag_above_the_threshold():
     assert data_bound_why(None, None, None) is None
 
 
-class _MapStyle(torch.utils.data.Dataset):
-    """A user's map-style dataset: items are (features, label)."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.x, self.y = torch.randn(n, 6, generator=g), torch.randint(0, 2, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.y[i]
-
-
 def test_a_user_map_style_dataset_trains_from_files():
     from lab.workloads import Datasets, SizeSpec, Workload, register_workload
     from lab.workloads.base import _REGISTRY
@@ -209,7 +196,7 @@ def test_a_user_map_style_dataset_trains_from_files():
     spec = SizeSpec(n_train=256, n_test=64, batch_size=32, epochs=1, lr=0.01)
     register_workload(Workload(
         name="mapstyle", description="map-style Dataset for tests", sizes=spec,
-        make_data=lambda s, seed: Datasets(train=_MapStyle(256, seed), test=_MapStyle(64, seed + 1)),
+        make_data=lambda s, seed: Datasets(train=MapStyleDataset(256, 6, seed), test=MapStyleDataset(64, 6, seed + 1)),
         make_model=lambda s: torch.nn.Linear(6, 2), loss=torch.nn.functional.cross_entropy,
         evaluate=lambda out, y: {"accuracy": (out.argmax(1) == y).float().mean().item()}, metric_name="accuracy"),
         overwrite=True)

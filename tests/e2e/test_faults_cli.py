@@ -9,7 +9,7 @@ from faults_common import CUDA, assert_one_line, cli
 from lab.store import ResultStore
 
 CLI_BAD = [
-    (["run", "--batch-size", "0"], "batch_size=0"),
+    (["run", "--batch-size", "0"], "batch_size=0 is invalid"),
     (["run", "--batch-size", "many"], "--batch-size"),
     (["run", "--lr", "nan"], "lr=nan"),
     (["run", "--lr", "inf"], "lr=inf"),
@@ -42,12 +42,23 @@ CLI_BAD = [
     (["ablate", "--techniques", "warp_drive"], "warp_drive"),
     (["ablate", "--threads", "4096"], "threads=4096"),
     (["ablate", "--workload", "imagenet"], "workload='imagenet'"),
+    (["run", "--workload", "imagenet"], "workload='imagenet' is invalid"),
+    (["run", "--precision", "fp8"], "precision.dtype='fp8'"),
+    (["run", "--loader", "thread", "--data-prefetch-depth", "0"], "data.prefetch_depth=0"),
+    (["run", "--world-size", "0", "--size", "tiny"], "ddp.world_size=0"),
+    (["run", "--prune", "structured_channels", "--prune-amount", "1.5", "--size", "tiny"], "prune.amount=1.5"),
+    (["run", "--no-such-flag"], "unrecognized arguments"),
+    (["frobnicate"], "invalid choice"),
+    (["ablate", "--size", "huge"], "size='huge' is invalid"),  # the config's own flag and check
+    (["ablate", "--recipe", "nope", "--size", "tiny"], "nope"),
+    ([], "required"),
+    (["bench", "--only", "nope"], "unknown benchmark"),
 ]
 
 
-@pytest.mark.parametrize(("argv", "needle"), CLI_BAD, ids=[" ".join(a) for a, _ in CLI_BAD])
+@pytest.mark.parametrize(("argv", "needle"), CLI_BAD, ids=[" ".join(a) or "(no command)" for a, _ in CLI_BAD])
 def test_cli_bad_flag_is_one_line_exit_2_before_any_work(argv, needle, capsys, no_work, private_store):
-    rc, _, err = cli([*argv, "--no-progress"] if argv[0] == "run" else argv, capsys)
+    rc, _, err = cli([*argv, "--no-progress"] if argv[:1] == ["run"] else argv, capsys)
     assert rc == 2
     assert_one_line(err, needle)
     assert not private_store.exists()  # refused before the store was opened: nothing written

@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import Dataset
+from toy_workload import MapStyleDataset
 
 from lab import RunConfig, run
 from lab.ablation import summarize
@@ -436,23 +437,11 @@ def test_ddp_ranks_load_the_spec_themselves(user_file):
     assert res.status == "ok" and res.details["distributed"]["world_size"] == 2
 
 
-class _Pairs(Dataset):
-    def __init__(self, n: int) -> None:
-        g = torch.Generator().manual_seed(n)
-        self.x, self.y = torch.randn(n, 8, generator=g), torch.randint(0, 2, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def __getitem__(self, i: int):
-        return self.x[i], self.y[i]
-
-
 def test_a_map_style_dataset_is_accepted_and_the_lab_enforces_the_sizes(toy_workload):
-    d = Datasets(train=_Pairs(50), test=_Pairs(20))
+    d = Datasets(train=MapStyleDataset(50, 8, seed=50), test=MapStyleDataset(20, 8, seed=20))
     assert d.train[0].shape == (50, 8) and d.test[1].shape == (20,)
     with pytest.raises(ValueError, match="each item must be a tuple"):
-        Datasets(train=_Scalars(), test=_Pairs(5))
+        Datasets(train=_Scalars(), test=MapStyleDataset(5, 8, seed=5))
     fixed = toy_workload.sizes["tiny"]  # make_data below ignores the size it is asked for: 512 / 256 rows
     big = dataclasses.replace(toy_workload, name="toy_big", make_data=lambda spec, seed: toy_workload.make_data(
         fixed, seed), sizes=SizeSpec(n_train=100, n_test=1000, batch_size=10, epochs=1, lr=0.01))
