@@ -39,7 +39,10 @@ other cases of that JSON (a run made before calibration existed: its held-out co
 NAME`` first re-prescribes every case under that rule (:data:`lab.doctor.risk.RULES`; ``current``: the code's).
 ``--rules`` measures nothing and scores each prescription rule (:data:`lab.doctor.risk.RULES`) on every stored
 JSON (``all``: ``results/*/doctor.json`` and ``results/*/heldout/*.json``), one table row per file, set and rule
-(:func:`lab.doctor.risk.represcribe_rows`: a rule change scored on stored predictions and measurements).
+(:func:`lab.doctor.risk.represcribe_rows`: a rule change scored on stored predictions and measurements);
+with ``--recalibrate`` each stored model interval is first re-banded by today's committed calibration of its
+machine class, the case left out (what the doctor would print today; note that calibration holds the other
+cases of the same files, so it has seen them).
 A busy shared 2-core machine: measured speedups carry its noise, and so do the errors.
 """
 
@@ -63,6 +66,7 @@ from gallery_unseen import register_unseen  # noqa: E402
 from lab import RunConfig  # noqa: E402
 from lab.doctor import (  # noqa: E402
     Calibration,
+    Prediction,
     case_key,
     diagnose,
     format_scorecard,
@@ -195,7 +199,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--rules", metavar="all|A.json,B.json", help="measure nothing: score every prescription rule on "
                    "these stored JSONs (all: every committed doctor JSON), one markdown row per file, set and rule")
     p.add_argument("--recalibrate", action="store_true", help="with --rescore: widen each stored interval by the "
-                                                              "other cases' residuals first (leave one case out)")
+                                                              "other cases' residuals first (leave one case out); "
+                                                              "with --rules: re-band each stored model interval "
+                                                              "with this machine class's committed calibration, "
+                                                              "the case left out")
     return p.parse_args()
 
 
@@ -205,7 +212,7 @@ def main() -> None:
         cross_score(*args.cross.split(","))
         return
     if args.rules:
-        rules_table(args.rules)
+        rules_table(args.rules, recalibrate=args.recalibrate)
         return
     if args.rescore:
         rescore(args.rescore, args.json, recalibrate=args.recalibrate, rule=args.rule)
@@ -354,17 +361,38 @@ def cross_score(*paths: str) -> None:
                   f"prescribed {s['nothing_prescribed']}")
 
 
-def represcribed(data: dict, rule: Rule) -> list[dict]:
+def represcribed(data: dict, rule: Rule, *, recalibrate: bool = False) -> list[dict]:
     """The stored cases of a doctor JSON with each case's rows re-prescribed under ``rule``
     (:func:`lab.doctor.risk.represcribe_rows`); rows that stored no A/A noise take this machine class's committed
-    calibration's (:meth:`lab.doctor.Calibration.noise_floor`), the floor their intervals were made with."""
+    calibration's (:meth:`lab.doctor.Calibration.noise_floor`), the floor their intervals were made with.
+    ``recalibrate``: first re-band each row's model interval (``model_lo`` / ``model_hi``) with that committed
+    calibration, the case itself left out (what a prediction made today would print; the stored run figures are
+    dropped and recomputed, compile charged its prior)."""
     hw = (data.get("env") or {}).get("hardware_id", "")
-    noise = load_calibration(hw).noise_floor() if hw else 0.0
-    return [{**c, "rows": represcribe_rows([{**r, "noise": r.get("noise", noise)} for r in c["rows"]], rule=rule,
-                                          steps=MAX_STEPS)} for c in data["cases"]]
+    cal = load_calibration(hw) if hw else Calibration()
+    noise = cal.noise_floor()
+    out = []
+    for c in data["cases"]:
+        rows = [{**r, "noise": r.get("noise", noise)} for r in c["rows"]]
+        if recalibrate:
+            mine = cal.without(case_key(c))
+            rows = [_rebanded(r, mine) for r in rows]
+        out.append({**c, "rows": represcribe_rows(rows, rule=rule, steps=MAX_STEPS)})
+    return out
 
 
-def rules_table(which: str) -> None:
+def _rebanded(r: dict, cal: Calibration) -> dict:
+    """A stored row's interval as ``cal`` bands it today (:meth:`lab.doctor.Calibration.apply`), its run figures
+    dropped (they were computed from the old interval)."""
+    if r.get("model_lo") is None or r.get("model_hi") is None:
+        return r
+    p = cal.apply(Prediction(r["technique"], r.get("axis", "train_step"), r["predicted"], r["model_lo"],
+                             r["model_hi"], ""))
+    return {**r, "predicted_lo": p.lo, "predicted_hi": p.hi, "noise": cal.noise_floor(), "run_speedup": None,
+            "run_lo": None, "run_hi": None}
+
+
+def rules_table(which: str, *, recalibrate: bool = False) -> None:
     """Print one markdown row per (file, set, rule): top-1, regret, pick slower than the baseline (beyond the
     A/A), nothing prescribed; ``stored`` is the prescription the file holds (its first row when it predates
     prescriptions), each rule in :data:`lab.doctor.risk.RULES` re-prescribes from the stored predictions."""
@@ -377,7 +405,8 @@ def rules_table(which: str) -> None:
     for path in paths:
         data = json.loads(path.read_text())
         name = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-        variants = {"stored": data["cases"], **{k: represcribed(data, r) for k, r in RULES.items()}}
+        variants = {"stored": data["cases"],
+                    **{k: represcribed(data, r, recalibrate=recalibrate) for k, r in RULES.items()}}
         for s in SETS:
             for rule, cs in variants.items():
                 mine = [c for c in cs if (c.get("set") or case_set(c["workload"])) == s]
