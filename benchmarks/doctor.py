@@ -2,7 +2,7 @@
 
     python benchmarks/doctor.py [--quick] [--json PATH] [--sets builtin,gallery,hf] [--cases ctr:small,...]
                                 [--techniques a,b] [--merge PATH] [--rescore PATH [--recalibrate]]
-                                [--cross A.json,B.json]
+                                [--cross A.json,B.json] [--rules all|A.json,B.json [--quiet-only]]
 
 Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.scorecard`):
 
@@ -39,7 +39,14 @@ compile, loader workers and auto (their runs are the slowest). A case is ``workl
 ``workload:size:rung``. ``--cases`` / ``--techniques`` pick a subset; ``--merge PATH`` pools the cases of an
 earlier JSON with these; ``--rescore PATH`` measures nothing and recomputes a stored JSON's figures, and with
 ``--recalibrate`` first widens each stored interval as :mod:`lab.doctor.calibration` would have, from the
-other cases of that JSON (a run made before calibration existed: its held-out coverage).
+other cases of that JSON (a run made before calibration existed: its held-out coverage), and with ``--rule
+NAME`` first re-prescribes every case under that rule (:data:`lab.doctor.risk.RULES`; ``current``: the code's).
+``--rules`` measures nothing and scores each prescription rule (:data:`lab.doctor.risk.RULES`) on every stored
+JSON (``all``: ``results/*/doctor.json`` and ``results/*/heldout/*.json``), one table row per file, set and rule
+(:func:`lab.doctor.risk.represcribe_rows`: a rule change scored on stored predictions and measurements);
+with ``--recalibrate`` each stored model interval is first re-banded by today's committed calibration of its
+machine class, the case left out (what the doctor would print today; note that calibration holds the other
+cases of the same files, so it has seen them).
 A busy shared 2-core machine: measured speedups carry its noise, and so do the errors.
 """
 
@@ -64,14 +71,17 @@ from gallery_unseen import register_unseen  # noqa: E402
 from lab import RunConfig  # noqa: E402
 from lab.doctor import (  # noqa: E402
     Calibration,
+    Prediction,
     case_key,
     diagnose,
     format_scorecard,
     load_calibration,
+    quiet,
     scorecard,
     top1_hit,
     verify,
 )
+from lab.doctor.risk import RULE, RULES, Rule, represcribe_rows  # noqa: E402
 from lab.measure import environment_stamp  # noqa: E402
 from lab.measure.contention import ContentionMeter  # noqa: E402
 from lab.store import ResultStore  # noqa: E402
@@ -167,6 +177,9 @@ def run_case(workload: str, size: str, techs: list[str], store: ResultStore, run
     d = diagnose(cfg, techniques=techs, calibration=calibration.without(key) if calibration else None,
                  measure=measure)
     rows = verify(d, len(d.predictions), repeats=3, store=store, record=False)
+    for r in rows:  # what the rule decided on, so a rule change is scored offline (--rescore --rules)
+        r.update(run_steps=d.run.steps if d.run else None, run_step_ms=d.run.step_ms if d.run else None,
+                 noise=d.noise)
     card = scorecard([{"rows": rows}])
     busy = meter.stop()
     return {"workload": workload, "size": size, "model_scale": rung, "set": case_set(workload),
@@ -193,8 +206,15 @@ def parse() -> argparse.Namespace:
     p.add_argument("--cross", metavar="A.json,B.json", help="measure nothing: score each JSON's prescription (its "
                    "rows' order and prescribed flags) on each JSON's measurements, case by case (two rules on the same "
                    "measurements: what changed the scores, the rule or the noise)")
+    p.add_argument("--rule", choices=["current", *RULES], help="with --rescore: re-prescribe each case under this "
+                   "rule first (from its stored predictions)")
+    p.add_argument("--rules", metavar="all|A.json,B.json", help="measure nothing: score every prescription rule on "
+                   "these stored JSONs (all: every committed doctor JSON), one markdown row per file, set and rule")
     p.add_argument("--recalibrate", action="store_true", help="with --rescore: widen each stored interval by the "
-                                                              "other cases' residuals first (leave one case out)")
+                                                              "other cases' residuals first (leave one case out); "
+                                                              "with --rules: re-band each stored model interval "
+                                                              "with this machine class's committed calibration, "
+                                                              "the case left out")
     return p.parse_args()
 
 
@@ -203,8 +223,11 @@ def main() -> None:
     if args.cross:
         cross_score(*args.cross.split(","))
         return
+    if args.rules:
+        rules_table(args.rules, recalibrate=args.recalibrate)
+        return
     if args.rescore:
-        rescore(args.rescore, args.json, recalibrate=args.recalibrate)
+        rescore(args.rescore, args.json, recalibrate=args.recalibrate, rule=args.rule)
         return
     sets = [x for x in args.sets.split(",") if x]
     unknown = [x for x in sets if x not in SETS]
@@ -351,12 +374,75 @@ def cross_score(*paths: str) -> None:
                   f"prescribed {s['nothing_prescribed']}")
 
 
-def rescore(path: str, out: str | None, *, recalibrate: bool = False) -> None:
-    """Recompute the figures of a stored doctor JSON (its cases, env and time kept) and print them."""
+def represcribed(data: dict, rule: Rule, *, recalibrate: bool = False) -> list[dict]:
+    """The stored cases of a doctor JSON with each case's rows re-prescribed under ``rule``
+    (:func:`lab.doctor.risk.represcribe_rows`); rows that stored no A/A noise take this machine class's committed
+    calibration's (:meth:`lab.doctor.Calibration.noise_floor`), the floor their intervals were made with.
+    ``recalibrate``: first re-band each row's model interval (``model_lo`` / ``model_hi``) with that committed
+    calibration, the case itself left out (what a prediction made today would print; the stored run figures are
+    dropped and recomputed, compile charged its prior)."""
+    hw = (data.get("env") or {}).get("hardware_id", "")
+    cal = load_calibration(hw) if hw else Calibration()
+    noise = cal.noise_floor()
+    out = []
+    for c in data["cases"]:
+        rows = [{**r, "noise": r.get("noise", noise)} for r in c["rows"]]
+        if recalibrate:
+            mine = cal.without(case_key(c))
+            rows = [_rebanded(r, mine) for r in rows]
+        out.append({**c, "rows": represcribe_rows(rows, rule=rule, steps=MAX_STEPS)})
+    return out
+
+
+def _rebanded(r: dict, cal: Calibration) -> dict:
+    """A stored row's interval as ``cal`` bands it today (:meth:`lab.doctor.Calibration.apply`), its run figures
+    dropped (they were computed from the old interval)."""
+    if r.get("model_lo") is None or r.get("model_hi") is None:
+        return r
+    p = cal.apply(Prediction(r["technique"], r.get("axis", "train_step"), r["predicted"], r["model_lo"],
+                             r["model_hi"], ""))
+    return {**r, "predicted_lo": p.lo, "predicted_hi": p.hi, "noise": cal.noise_floor(), "run_speedup": None,
+            "run_lo": None, "run_hi": None}
+
+
+def rules_table(which: str, *, recalibrate: bool = False) -> None:
+    """Print one markdown row per (file, set, rule): top-1, regret, pick slower than the baseline (beyond the
+    A/A), nothing prescribed; ``stored`` is the prescription the file holds (its first row when it predates
+    prescriptions), each rule in :data:`lab.doctor.risk.RULES` re-prescribes from the stored predictions."""
+    root = Path(__file__).resolve().parent / "results"
+    paths = (sorted([*root.glob("*/doctor.json"), *root.glob("*/heldout/*.json")]) if which == "all"
+             else [Path(p) for p in which.split(",") if p])
+    print("| file | set | rule | top-1 | regret mean / worst | slower than baseline (beyond A/A) | nothing prescribed |"
+          " quiet cases: slower beyond A/A |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in paths:
+        data = json.loads(path.read_text())
+        name = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        variants = {"stored": data["cases"],
+                    **{k: represcribed(data, r, recalibrate=recalibrate) for k, r in RULES.items()}}
+        for s in SETS:
+            for rule, cs in variants.items():
+                mine = [c for c in cs if (c.get("set") or case_set(c["workload"])) == s]
+                if not mine:
+                    continue
+                card = scorecard(mine)
+                q = scorecard([c for c in mine if quiet(c)]) if any(quiet(c) for c in mine) else None
+                print(f"| {name} | {s} | {rule} | {card['top1_hits']}/{card['top1_n']} | "
+                      f"{100 * (card['regret_mean'] or 0):.0f} % / {100 * (card['regret_worst'] or 0):.0f} % | "
+                      f"{card['slower']} ({card['slower_beyond_noise']}) | {card['nothing_prescribed']} | "
+                      + (f"{q['slower_beyond_noise']}/{q['top1_n']} |" if q else "n/a |"))
+
+
+def rescore(path: str, out: str | None, *, recalibrate: bool = False, rule: str | None = None) -> None:
+    """Recompute the figures of a stored doctor JSON (its cases, env and time kept) and print them; ``rule``:
+    re-prescribe each case under that rule first (``current``: :data:`lab.doctor.risk.RULE`)."""
     data = json.loads(Path(path).read_text())
     if recalibrate:
         data["cases"] = recalibrated_cases(data["cases"])
         data["calibration"] = "recalibrated on rescore: each case banded by the other cases of this JSON"
+    if rule:
+        data["cases"] = represcribed(data, RULE if rule == "current" else RULES[rule])
+        data["rule"] = rule
     data["figures"], data["scorecards"] = figures_of(data["cases"], data.get("sets_left_out"))
     for f in data["figures"]:
         print(f"{f['name']:<64} {f['value']:>7.1f} {f['unit']}  {f['note']}")

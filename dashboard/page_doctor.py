@@ -129,7 +129,7 @@ def _show(d: StoredDiagnosis) -> None:
     st.caption(f"rates: {d.rate_source}; " + "; ".join(d.advice))
     st.plotly_chart(prescription_bars(d.predictions), key="doctor_prescription")
     _shared.dataframe(diagnosis_table(d.predictions), key="doctor_table", hide_index=True)
-    if d.top() is None:  # no training pick's run interval clears 1 beyond the A/A noise (lab.doctor.risk)
+    if d.top() is None:  # no training pick surely enough faster beyond the A/A noise (lab.doctor.risk)
         st.caption(f"training step: {NOTHING_PAYS}")
     if d.skipped:
         st.caption("not predicted: " + "; ".join(f"{k} ({v})" for k, v in d.skipped.items()))

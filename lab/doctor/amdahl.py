@@ -39,19 +39,24 @@ class Prediction:
     band: str = ""
     #: set by :func:`lab.doctor.risk.prescribe`: the one-off seconds charged (compile, ``auto``'s probe), the
     #: speedup over the run's length with them and its interval, and whether it is prescribed (its run interval
-    #: clears 1 beyond the A/A noise); ``None`` before that
+    #: is faster than the baseline with P >= 0.8 and a gain beyond the A/A noise); ``None`` before that
     one_off_s: float = 0.0
     run_speedup: float | None = None
     run_lo: float | None = None
     run_hi: float | None = None
     prescribed: bool | None = None
+    #: set by the same: the probability the pick is faster than the baseline over the run, and the expected share
+    #: of the run's time it saves (:func:`lab.doctor.risk.decide`)
+    p_faster: float | None = None
+    expected_saving: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"technique": self.technique, "axis": self.axis, "speedup": self.speedup, "lo": self.lo,
                 "hi": self.hi, "reason": self.reason, "sources": list(self.sources), "model_lo": self.model_lo,
                 "model_hi": self.model_hi, "band": self.band, "one_off_s": self.one_off_s,
                 "run_speedup": self.run_speedup, "run_lo": self.run_lo, "run_hi": self.run_hi,
-                "prescribed": self.prescribed}
+                "prescribed": self.prescribed, "p_faster": self.p_faster,
+                "expected_saving": self.expected_saving}
 
 
 @dataclass

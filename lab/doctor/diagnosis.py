@@ -31,7 +31,7 @@ from lab.doctor.compile_rate import activation_shape, compile_cost
 from lab.doctor.data_parallel import predict_data_parallel
 from lab.doctor.predict import Prediction, Rates, larger_batch_advice, predict_technique
 from lab.doctor.predict_compile import attention_modules
-from lab.doctor.risk import NOTHING_PAYS, RunLength, prescribe, prescription
+from lab.doctor.risk import NOTHING_PAYS, RULE, RunLength, prescribe, prescription
 from lab.loop import to_device
 from lab.measure import limit_sentence, limit_sentences, load_card
 from lab.measure.profile import OP_CLASSES, Breakdown
@@ -386,10 +386,12 @@ def format_diagnosis(d: Diagnosis, memory: str | None = None) -> str:
     for axis, title in (("train_step", "prescription, training step"), ("inference", "prescription, inference")):
         ps = [p for p in d.predictions if p.axis == axis]
         if ps:
-            lines.append(f"{title}{run if axis == 'train_step' else ''} (surest first: by the lower end of the "
-                         "interval, one-off costs included):")
+            lines.append(f"{title}{run if axis == 'train_step' else ''} (prescribed when P(faster than the "
+                         f"baseline) >= {100 * RULE.confidence:.0f} % and the gain exceeds the A/A noise; ranked by "
+                         "the expected time saved, one-off costs included):")
             if d.top(axis) is None:
-                lines.append(f"  {NOTHING_PAYS} (no interval's lower end clears 1 at the A/A noise x/ "
+                lines.append(f"  {NOTHING_PAYS} (no pick is faster than the baseline with P >= "
+                             f"{100 * RULE.confidence:.0f} % and a gain beyond the A/A noise x/ "
                              f"{math.exp(d.noise):.2f})")
             lines += [f"  {i}. {p.technique:<17} {p.speedup:5.2f}x [{p.lo:.2f}, {p.hi:.2f}]"
                       + ("" if p.prescribed else "  (not prescribed)") + f"  {p.reason}" for i, p in enumerate(ps, 1)]

@@ -43,7 +43,7 @@ def prescription_hours(d: Diagnosis, *, epochs: int | None = None, rows: int | N
                 if one_off else "compile's own compile time not included (not estimated)" if p.technique == "compile"
                 else "")
         if p.prescribed is False:
-            note = "; ".join(x for x in (note, "not prescribed: its interval does not clear 1 beyond noise") if x)
+            note = "; ".join(x for x in (note, "not prescribed: not surely enough faster beyond noise") if x)
         picks.append({"technique": p.technique, "speedup": p.speedup, "total_s": run["total_s"],
                       "lo_s": run["lo_s"], "hi_s": run["hi_s"], "note": note})
     unit = (f"per {PER_STEPS} steps" if per_steps else

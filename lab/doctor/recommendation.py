@@ -11,10 +11,11 @@ The rule, in the order a reader should trust the evidence:
 2. **A table that cannot crown crowns nothing here either**: a preview (too few runs), a baseline that did not
    learn, a busy machine, an A/A interval that excludes 1. The card says which, in the verdict's words, and
    keeps only the predictions, labelled as such.
-3. **A prediction is advice to measure, never a verdict**: an option the doctor prescribes (its interval over the
-   run, one-off costs charged, clears 1 beyond the A/A noise: :func:`lab.doctor.risk.prescribe`; a prediction made
-   before that rule: its interval's lower end above 1) and no trusted ablation measured is listed as "predicted,
-   not measured yet"; one predicted to lose (upper end below 1) goes under "does not pay here" with its reason.
+3. **A prediction is advice to measure, never a verdict**: an option the doctor prescribes (over the run, one-off
+   costs charged, faster than the baseline with P >= 0.8 and a gain beyond the A/A noise:
+   :func:`lab.doctor.risk.prescribe`; a prediction made before that rule: its interval's lower end above 1) and no
+   trusted ablation measured is listed as "predicted, not measured yet"; one predicted to lose (upper end below 1)
+   goes under "does not pay here" with its reason.
 4. **Where both exist and disagree** (the measured interval and the predicted one do not overlap on the same
    axis), the card says so and trusts the measurement: it ran here, on this model, beside its baseline.
 
@@ -218,8 +219,8 @@ def _predicted(p: Any, speed: str) -> Evidence:
 
 
 def _pays(p: Any) -> bool:
-    """The doctor's own rule where it ran (:func:`lab.doctor.risk.prescribe`: the run interval clears 1 beyond the
-    A/A noise); the interval's lower end above 1 for a prediction made before it."""
+    """The doctor's own rule where it ran (:func:`lab.doctor.risk.prescribe`: P(faster over the run) >= 0.8
+    and a gain beyond the A/A noise); the interval's lower end above 1 for a prediction made before it."""
     prescribed = getattr(p, "prescribed", None)
     return bool(prescribed) if prescribed is not None else p.lo > 1.0
 

@@ -62,7 +62,8 @@ def compare(predictions: Sequence[Prediction], table: Any, *, base_step_ms: floa
         rows.append({"technique": p.technique, "axis": p.axis, "predicted": p.speedup, "predicted_lo": p.lo,
                      "predicted_hi": p.hi, "measured": m, "measured_lo": lo, "measured_hi": hi,
                      "measured_point": point, "prescribed": p.prescribed, "run_speedup": p.run_speedup,
-                     "run_lo": p.run_lo, "one_off_s": p.one_off_s,
+                     "run_lo": p.run_lo, "run_hi": p.run_hi, "one_off_s": p.one_off_s, "p_faster": p.p_faster,
+                     "expected_saving": p.expected_saving,
                      "error": (p.speedup / m - 1) if m else None, "status": got.get("status", "missing"),
                      # why an arm failed, kept (a held-out run once lost every HF int8 arm's reason)
                      "arm_error": (str(got.get("error"))[:500] if got.get("error") and got.get("status") != "ok"

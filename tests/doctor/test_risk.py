@@ -10,7 +10,18 @@ import math
 import pytest
 
 from lab.doctor import Prediction, Rates, compare, format_verification, regret, scorecard, top1_hit
-from lab.doctor.risk import COMPILE_S_PRIOR, NOTHING_PAYS, RunLength, one_off_s, prescribe, prescription
+from lab.doctor.risk import (
+    COMPILE_S_PRIOR,
+    LOWER_END,
+    NOTHING_PAYS,
+    SURE_ENOUGH,
+    RunLength,
+    decide,
+    one_off_s,
+    prescribe,
+    prescription,
+    represcribe_rows,
+)
 from lab.registry import OPTIONS
 
 OVERRIDES = {n: o.overrides for n, o in OPTIONS.items()}
@@ -35,7 +46,8 @@ def test_nothing_is_prescribed_when_no_interval_clears_one_beyond_the_aa_noise()
     ranked = prescribe([_p("fused_optim", 1.05, 1.04, 1.06), _p("prefetch", 1.1, 0.9, 1.3)], LONG,
                        overrides=OVERRIDES, noise=math.log(1.08))
     assert prescription(ranked) is None and not any(p.prescribed for p in ranked)
-    assert ranked[0].run_lo == pytest.approx(1.05 / 1.08)
+    fused = next(p for p in ranked if p.technique == "fused_optim")
+    assert fused.run_lo == pytest.approx(1.05 / 1.08)
     assert "nothing here pays beyond noise" in NOTHING_PAYS
     alone = prescribe([_p("fused_optim", 1.05, 1.04, 1.06)], LONG, overrides=OVERRIDES)  # no noise: it clears
     assert prescription(alone).technique == "fused_optim"
@@ -91,3 +103,72 @@ def test_a_zero_width_measured_interval_is_a_point_and_printed_as_one():
     assert rows[0]["measured_lo"] is None and rows[0]["measured_point"]
     text = format_verification(rows)
     assert "[0.75, 0.75]" not in text and "a point: too few repeats" in text
+
+
+# --- the rule: P(faster) >= 0.8 and a gain beyond the A/A noise, ranked by the expected time saved ----------------
+AA = math.log(1.075)  # the A/A noise floor of amd-epyc-avx512bf16-2c's committed calibration
+
+
+def test_a_sure_enough_gain_is_prescribed_where_the_lower_end_rule_prescribed_nothing():
+    """The quiet pasted set: bf16 1.13x [0.90, 1.41] on the word LM measured 1.19x; the 90 % interval's lower end
+    (a one-sided 95 %) is below 1, so the first rule prescribed nothing; P(faster) is 0.81 and the gain (13 %)
+    is beyond the A/A noise (7.5 %): prescribed."""
+    preds = [_p("bf16", 1.127, 0.90, 1.41), _p("prefetch", 1.0, 0.73, 1.28), _p("amp_auto", 1.0, 0.86, 1.16)]
+    old = prescribe(preds, LONG, overrides=OVERRIDES, noise=AA, rule=LOWER_END)
+    assert prescription(old) is None
+    new = prescribe(preds, LONG, overrides=OVERRIDES, noise=AA, rule=SURE_ENOUGH)
+    assert prescription(new).technique == "bf16" and new[0].p_faster == pytest.approx(0.81, abs=0.01)
+    assert [p.prescribed for p in new] == [True, False, False]  # 1.00x is never "faster" (P 0.5)
+    assert "P(faster than the baseline) 81 %" in new[0].reason
+
+
+def test_a_high_variance_pick_is_not_prescribed_nor_ranked_above_a_sure_one():
+    """1.30x [0.60, 2.80] has the best centre but a 29 % chance of losing: not prescribed, and a surer 1.13x
+    with the same or better expected saving ranks first; a gain inside the A/A noise is never prescribed however
+    narrow its interval."""
+    wild, sure = _p("compile", 1.30, 0.60, 2.80), _p("bf16", 1.127, 0.90, 1.41)
+    d = decide(1.30, 0.60, 2.80, AA)
+    assert 0.6 < d.p_faster < 0.8 and not d.prescribed
+    ranked = prescribe([wild, sure], LONG, overrides={}, noise=AA)
+    assert [p.technique for p in ranked] == ["bf16", "compile"] and not ranked[1].prescribed
+    assert not decide(1.05, 1.049, 1.051, AA).prescribed  # P ~ 1, but 5 % < the 7.5 % A/A noise
+    assert decide(1.05, 1.049, 1.051, 0.0).prescribed
+
+
+def test_the_lower_end_rule_is_exactly_the_interval_clearing_one():
+    for lo in (0.98, 0.999, 1.001, 1.05):
+        assert decide(1.1, lo, 1.2, 0.0, LOWER_END).prescribed == (lo > 1.0)
+
+
+def test_compile_one_off_cost_still_ranks_it_out_on_a_short_run():
+    """A 64-step run at 5 ms cannot repay compile's ~20 s: under the new rule too it is never prescribed and its
+    expected saving (negative: the run takes longer) ranks it under a sure per-step gain and under a 1.00x."""
+    short = RunLength(steps=64, step_ms=5.0)
+    ranked = prescribe([_p("compile", 1.5, 1.3, 1.7), _p("bf16", 1.127, 0.90, 1.41), _p("prefetch", 1.0, 0.9, 1.1)],
+                       short, overrides=OVERRIDES, noise=AA)
+    assert [p.technique for p in ranked] == ["bf16", "prefetch", "compile"]
+    assert not ranked[2].prescribed and ranked[2].p_faster < 1e-6 and ranked[2].expected_saving < -1
+
+
+def _stored(t: str, s: float, lo: float, hi: float, m: float, **kw) -> dict:
+    return {"technique": t, "axis": "train_step", "predicted": s, "predicted_lo": lo, "predicted_hi": hi,
+            "measured": m, "measured_lo": m * 0.98, "measured_hi": m * 1.02, "aa_measured": 1.01,
+            "baseline_step_ms": 10.0, **kw}
+
+
+def test_stored_rows_are_represcribed_offline_and_scored():
+    """``benchmarks/doctor.py --rules`` re-decides stored rows: flags and order from the stored predictions, compile
+    charged its prior compile over 40 steps when the row predates the run figures, the stored run figures used
+    when present; scored as the user runs it."""
+    rows = [_stored("compile", 1.4, 1.2, 1.6, 0.75, prescribed=True),  # as stored by the point-estimate rule
+            _stored("fused_optim", 1.09, 0.68, 1.75, 1.18),
+            _stored("bf16", 1.127, 0.90, 1.41, 1.19, run_speedup=1.127, run_lo=0.90, one_off_s=0.0)]
+    assert regret(rows) > 0.3
+    old = represcribe_rows(rows, rule=LOWER_END, noise=AA)
+    assert not any(r["prescribed"] for r in old) and regret(old) == pytest.approx(1 - 1 / 1.19)
+    new = represcribe_rows(rows, rule=SURE_ENOUGH, noise=AA)
+    assert [r["technique"] for r in new] == ["bf16", "fused_optim", "compile"] and new[0]["prescribed"]
+    assert not new[1]["prescribed"]  # fused Adam x/ 1.6: P(faster) 0.62
+    assert new[2]["run_speedup"] < 0.1  # 40 steps of 10 ms against a 20 s compile
+    card = scorecard([{"rows": new}])
+    assert card["top1_hits"] == 1 and card["slower"] == 0 and card["nothing_prescribed"] == 0
