@@ -131,44 +131,32 @@ def global_masks(fn: Callable, amount: float = 0.9) -> dict[str, torch.Tensor]:
     return mine
 
 
-def per_layer_amounts(amounts: Mapping[str, float], scan: Sequence[Mapping[str, Any]], dense_metric: float,
-                      model: nn.Module, target: float = 0.70, budget_pt: float = 1.0) -> float:
-    """Every chosen amount is one the scan measured within ``budget_pt`` of the dense metric; applied with
-    masks, the scanned layers reach ``target`` sparsity (or, when the scan makes that impossible, the most
-    the budget allows), read back with lab.pruning.layer_sparsity."""
-    from lab.pruning import layer_sparsity
-
-    drop = {(r["layer"], r["amount"]): 100 * (dense_metric - r["metric"]) for r in scan}
-    layers = sorted({r["layer"] for r in scan})
+def per_layer_amounts(amounts: Mapping[str, float], study: Any, target: float = 0.70, budget_pt: float = 1.0
+                      ) -> dict[str, Any]:
+    """Every chosen amount is one the scan measured; applied with masks, the scanned layers reach ``target``
+    sparsity (weighted by their weights; the most the scan allows if that is less); and the model, fine-tuned with
+    those masks (:meth:`lab.pruning.report.SensitivityStudy.finetuned`, the lab's own ``ctx.fit``), loses at most
+    ``budget_pt`` points against the dense one. The fine-tune's result is returned."""
+    layers = sorted(study.sizes)
+    scanned = {(r["layer"], r["amount"]) for r in study.rows}
     assert set(amounts) <= set(layers), f"unknown layers {sorted(set(amounts) - set(layers))}; scanned: {layers}"
     for name, a in amounts.items():
-        if a == 0:
-            continue
-        assert (name, a) in drop, f"{name}: amount {a} was not scanned; pick one of the scan's amounts"
-        assert drop[(name, a)] <= budget_pt, f"{name} at {a:.0%} costs {drop[(name, a)]:.2f} pt > {budget_pt} pt"
-
-    def applied(choice: Mapping[str, float]) -> float:
-        m = _copy(model)
-        for name, a in choice.items():
-            if a > 0:
-                tprune.l1_unstructured(m.get_submodule(name.rsplit(".", 1)[0]), "weight", amount=a)
-        sparsity = layer_sparsity(m)
-        sizes = {n: m.get_submodule(n.rsplit(".", 1)[0]).weight.numel() for n in layers}
-        return sum(sparsity[n] * sizes[n] for n in layers) / sum(sizes.values())
-
-    best = {n: max([a for (ln, a), d in drop.items() if ln == n and d <= budget_pt], default=0.0) for n in layers}
-    reach = min(target, applied(best))
-    got = applied(amounts)
-    assert got >= reach - 1e-3, (f"{got:.1%} sparsity over the scanned layers, short of {reach:.1%}: spend more of "
-                                 "the budget on the layers whose scan stays flat")
-    _ok(f"{got:.1%} sparsity over the scanned layers (goal {reach:.1%}), each layer within {budget_pt} pt")
-    return got
-
-
-def _copy(model: nn.Module) -> nn.Module:
-    import copy
-
-    return copy.deepcopy(model)
+        assert a == 0 or (name, a) in scanned, f"{name}: amount {a} was not scanned; pick one of the scan's amounts"
+    reach = min(target, study.sparsity({n: max(a for ln, a in scanned if ln == n) for n in layers}))
+    got = study.sparsity(amounts)
+    assert got >= reach - 1e-3, (f"{got:.1%} sparsity over the scanned layers, short of {reach:.1%}: raise the amounts "
+                                 "of the large layers whose scan stays flat")
+    res = study.finetuned(amounts)
+    drift = {n: (s, amounts.get(n, 0.0)) for n, s in res["sparsity"].items() if abs(s - amounts.get(n, 0.0)) > 0.01}
+    assert not drift, f"the fine-tune moved the masks (sparsity read back, asked): {drift}"
+    loss, before = 100 * (study.dense - res["metric_finetuned"]), 100 * (study.dense - res["metric_pruned"])
+    assert loss <= budget_pt, (
+        f"after the fine-tune the model is {loss:.2f} pt below the dense one (> {budget_pt} pt; {before:.2f} pt "
+        "before it): move sparsity from the layers whose scan falls first to the flat ones")
+    _ok(f"{got:.1%} sparsity over the scanned layers (goal {reach:.1%}); accuracy {study.dense:.3f} dense -> "
+        f"{res['metric_pruned']:.3f} pruned -> {res['metric_finetuned']:.3f} fine-tuned ({loss:+.2f} pt, budget "
+        f"{budget_pt} pt)")
+    return res
 
 
 # ------------------------------------------------------------------ 04 quantization
@@ -492,5 +480,6 @@ def interaction(fn: Callable, df: Any, pair: Sequence[str], speed: str = "train_
     return first
 
 
-# The own-loop checkers live in their own module; the notebooks call them as checks.<name>.
+# The own-loop and capstone checkers live in their own modules; the notebooks call them as checks.<name>.
+from lab.teach.capstone import capstone_table  # noqa: E402, F401
 from lab.teach.own_loop import LOOP_SIZE, LOOP_WORKLOAD, ArmStart, amp_loop, train_bf16, watch_linears  # noqa: E402, F401

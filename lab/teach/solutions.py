@@ -80,15 +80,30 @@ def global_masks(weights: Mapping[str, torch.Tensor], amount: float) -> dict[str
     return out
 
 
-def per_layer_amounts(scan: Sequence[Mapping[str, Any]], dense_metric: float, budget_pt: float = 1.0
+def per_layer_amounts(scan: Sequence[Mapping[str, Any]], sizes: Mapping[str, int], target: float = 0.70
                       ) -> dict[str, float]:
-    """Per layer, the largest scanned amount whose accuracy drop (in points) stays within ``budget_pt``."""
-    out: dict[str, float] = {}
-    for row in scan:
-        if 100 * (dense_metric - row["metric"]) <= budget_pt:
-            out[row["layer"]] = max(out.get(row["layer"], 0.0), row["amount"])
-        else:
-            out.setdefault(row["layer"], 0.0)
+    """Scanned amounts that reach ``target`` sparsity over the scanned layers (weighted by ``sizes``, their
+    weights) for the least harm the scan shows: start from nothing and, until the target is reached, take the
+    next scanned amount of the layer whose scan loses the least metric per weight it zeroes."""
+    metric = {(r["layer"], r["amount"]): r["metric"] for r in scan}
+    steps = {n: sorted(a for ln, a in metric if ln == n) for n in sizes}
+    out = {n: 0.0 for n in sizes}
+    total = sum(sizes.values())
+
+    def zeroed(choice: Mapping[str, float]) -> float:
+        return sum(a * sizes[n] for n, a in choice.items()) / total
+
+    def cost(n: str, a: float) -> float:  # metric lost per weight zeroed by going from out[n] to a
+        now = metric.get((n, out[n]), max(metric[(n, b)] for b in steps[n]))
+        return max(now - metric[(n, a)], 0.0) / ((a - out[n]) * sizes[n])
+
+    while zeroed(out) < target:
+        nxt = {n: next((a for a in steps[n] if a > out[n]), None) for n in sizes}
+        options = [(cost(n, a), n, a) for n, a in nxt.items() if a is not None]
+        if not options:
+            break
+        _, n, a = min(options)
+        out[n] = a
     return out
 
 
@@ -236,3 +251,35 @@ def median_step(total_ms: Sequence[float], warmup_steps: int) -> float:
 def interaction(joint: float, a: float, b: float) -> float:
     """A 2-way interaction: the stack's speedup over the product of the singles' (above 1: they compound)."""
     return joint / (a * b)
+
+
+# ------------------------------------------------------------------ 06 capstone
+def capstone_table(models: Mapping[str, torch.nn.Module], test_set: Sequence[torch.Tensor], acc_budget_pt: float,
+                   size_budget_mb: float, repeats: int = 20) -> Any:
+    """One row per model (the first is the baseline): median latency of a 256-row batch in ms, ``torch.save`` size
+    of its state dict in MB, test accuracy in %, and whether it is within both budgets."""
+    import io
+    import time
+
+    import pandas as pd
+
+    x, y = test_set
+    rows = {}
+    for arm, model in models.items():
+        model.eval()
+        with torch.no_grad():
+            model(x[:256])  # warm-up
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model(x[:256])
+                times.append(1e3 * (time.perf_counter() - t0))
+            acc = 100 * (model(x).argmax(1) == y).float().mean().item()
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)
+        rows[arm] = {"latency_ms": float(np.median(times)), "size_mb": buf.getbuffer().nbytes / 1e6,
+                     "accuracy_pct": acc}
+    base = next(iter(rows.values()))["accuracy_pct"]
+    for r in rows.values():
+        r["within_budget"] = base - r["accuracy_pct"] <= acc_budget_pt and r["size_mb"] <= size_budget_mb
+    return pd.DataFrame(rows).T

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
 from lab import teach
+from lab.pruning.report import SensitivityStudy
+from lab.teach import capstone
 from lab.teach import checks as C
 from lab.teach import solutions as S
 
@@ -28,6 +33,33 @@ def _scan():
 
 
 MODEL = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 4))
+
+
+class _Study(SensitivityStudy):
+    """A study of MODEL's scan (_scan) whose fine-tune wins back 70 % of what the scan lost, masks kept: the
+    checker's logic without a training run (tests/pruning/test_pruning.py runs the real fine-tune)."""
+
+    def finetuned(self, amounts, epochs=1):
+        lost = sum(self.dense - next(r["metric"] for r in self.rows if r["layer"] == n and r["amount"] == a)
+                   for n, a in amounts.items() if a > 0)
+        return {"metric_pruned": self.dense - lost, "metric_finetuned": self.dense - 0.3 * lost,
+                "sparsity": {n: amounts.get(n, 0.0) for n in self.sizes}}
+
+
+STUDY = _Study(cfg=None, rows=_scan(), dense=0.9, sizes={n: m.weight.numel() for n, m in
+                                                         (("0.weight", MODEL[0]), ("2.weight", MODEL[2]),
+                                                          ("4.weight", MODEL[4]))}, state={})
+LAB_RUNS = {"baseline": SimpleNamespace(metric=0.9, model_bytes=300_000, latency_ms={"batch_256": [0.4, 0.5, 0.45]}),
+            "int8_eager": SimpleNamespace(metric=0.895, model_bytes=80_000, latency_ms={"batch_256": [0.2, 0.3]})}
+
+
+def _lab_table(**wrong):
+    """The table the lab's runs above make (what a right answer reads), with ``wrong`` columns replaced."""
+    rows = {arm: capstone.lab_row(r) for arm, r in LAB_RUNS.items()}
+    table = pd.DataFrame(rows).T.assign(within_budget=pd.Series(capstone.verdict(rows, "baseline", 1.0, 0.15)))
+    for column, values in wrong.items():
+        table[column] = values
+    return table
 
 
 def _wrong_prefetch(loader, depth=2):
@@ -92,12 +124,20 @@ CASES = {  # name: (check with the reference, check with a wrong answer)
                    lambda: C.train_bf16(_fp32_loop, steps=4)),
     "global_masks": (lambda: C.global_masks(S.global_masks),
                      lambda: C.global_masks(lambda ws, a: {n: S.global_masks({n: w}, a)[n] for n, w in ws.items()})),
-    "per_layer_amounts": (
-        lambda: C.per_layer_amounts(S.per_layer_amounts(_scan(), 0.9), _scan(), 0.9, MODEL),
-        lambda: C.per_layer_amounts({"0.weight": 0.5, "2.weight": 0.5, "4.weight": 0.5}, _scan(), 0.9, MODEL)),
-    "per_layer_amounts-over-budget": (
+    "per_layer_amounts": (  # the target reached where the scan is flat; half everywhere falls short of it
+        lambda: C.per_layer_amounts(S.per_layer_amounts(_scan(), STUDY.sizes, 0.7), STUDY, 0.7),
+        lambda: C.per_layer_amounts({"0.weight": 0.5, "2.weight": 0.5, "4.weight": 0.5}, STUDY, 0.7)),
+    "per_layer_amounts-over-budget": (  # the target reached, but fine-tuned it costs 3.75 pt
         lambda: None,
-        lambda: C.per_layer_amounts({"0.weight": 0.9, "2.weight": 0.9, "4.weight": 0.9}, _scan(), 0.9, MODEL)),
+        lambda: C.per_layer_amounts({"0.weight": 0.9, "2.weight": 0.9, "4.weight": 0.9}, STUDY, 0.7)),
+    "capstone_table": (lambda: C.capstone_table(_lab_table(), LAB_RUNS, 1.0, 0.15),
+                       lambda: C.capstone_table(_lab_table(size_mb=[300_000, 80_000]), LAB_RUNS, 1.0, 0.15)),
+    "capstone_table-fraction": (lambda: None,  # accuracy as a fraction, not in percent
+                                lambda: C.capstone_table(_lab_table(accuracy_pct=[0.9, 0.895]), LAB_RUNS, 1.0, 0.15)),
+    "capstone_table-verdict": (lambda: None,  # the baseline called within budget at 0.3 MB of a 0.15 MB budget
+                               lambda: C.capstone_table(_lab_table(within_budget=[True, True]), LAB_RUNS, 1.0, 0.15)),
+    "capstone_table-seconds": (lambda: None,  # latency in seconds
+                               lambda: C.capstone_table(_lab_table(latency_ms=[4.5e-4, 2.5e-4]), LAB_RUNS, 1.0, 0.15)),
     "quantize_per_channel_symmetric": (
         lambda: C.quantize_per_channel_symmetric(S.quantize_per_channel_symmetric),
         lambda: C.quantize_per_channel_symmetric(lambda w: (lambda q, s: (q, s * 127.5 / 127))(
@@ -166,3 +206,22 @@ def test_the_doctor_exercise_fails_the_speed_up_the_largest_class_rule():
     assert largest_class(SHARES, TECHS) == C.best_technique(S.best_technique, SHARES, TECHS)  # passes the first
     with pytest.raises(AssertionError, match="the largest class is not always the one to speed up"):
         C.best_technique(largest_class, SHARES, TECHS)
+
+
+def test_the_capstone_solution_measures_size_and_accuracy_as_the_lab_does():
+    """The reference table's size is lab.measure's serialized size, its accuracy the share right in percent, and
+    within_budget follows the budget (no timing is asserted: latency is only positive)."""
+    from lab.measure import serialized_size_bytes
+
+    torch.manual_seed(0)
+    x, y = torch.randn(300, 8), torch.randint(0, 4, (300,))
+    small = nn.Sequential(nn.Linear(8, 4))
+    models = {"baseline": MODEL, "small": small}
+    table = S.capstone_table(models, (x, y), 1.0, 0.005, repeats=2)
+    for arm, m in models.items():
+        assert table.loc[arm, "size_mb"] == serialized_size_bytes(m) / 1e6
+        assert table.loc[arm, "accuracy_pct"] == pytest.approx(100 * (m(x).argmax(1) == y).float().mean().item())
+        assert table.loc[arm, "latency_ms"] > 0
+    acc = table["accuracy_pct"]
+    assert table.loc["small", "within_budget"] == (acc["baseline"] - acc["small"] <= 1.0)
+    assert not table.loc["baseline", "within_budget"]  # over 0.005 MB
