@@ -202,7 +202,10 @@ def largest_figures(args: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = [row for name in ladders for row in rung_table(name, rungs, args.batch)]
     budget = args.budget_mb
     if budget is None:  # where the first ladder's middle rung stops fitting plainly
-        mid = next(r for r in rows if r["ladder"] == ladders[0] and r["rung"] == SCALE_NAMES[len(SCALE_NAMES) // 2])
+        middle = SCALE_NAMES[len(SCALE_NAMES) // 2]
+        mid = next((r for r in rows if r["ladder"] == ladders[0] and r["rung"] == middle), None)
+        if mid is None or "peak_bytes" not in mid["plain"]:
+            raise SystemExit(f"--budget-mb: no default without {ladders[0]} rung {middle!r} measured plainly; name one")
         budget = round(0.99 * mid["plain"]["peak_bytes"] / MIB, 2)
     figs: list[dict[str, Any]] = []
     answers: dict[str, Any] = {}
@@ -226,6 +229,7 @@ def largest_figures(args: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             rung = found[way]
             label = f"{name}: largest rung in {budget:g} MiB, {way}"
             if rung is None:
+                print(found[f"{way}_refusal"] + f" ({way})")
                 figs.append(figure(label, float("nan"), unit="M params", family=FAMILY, note=found[f"{way}_refusal"]))
             else:
                 figs.append(figure(label, params[rung], unit="M params", family=FAMILY, note=f"rung {rung}"))
