@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,13 @@ from lab.measure import bootstrap_ratio_ci, environment_stamp, median  # noqa: E
 from lab.result import to_jsonable  # noqa: E402
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """``--quick`` and ``--json``, plus whatever ``extra`` adds (a benchmark's own modes)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="short setting (well under a minute)")
     p.add_argument("--json", metavar="PATH", help="write the figures here")
+    if extra is not None:
+        extra(p)
     return p.parse_args()
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -368,6 +368,21 @@ def format_budget(found: dict[str, Any]) -> str:
     return line
 
 
+def largest_fitting(peaks: Mapping[str, float], budget: float, *, what: str = "rung", unit: str = "MiB") -> str:
+    """The largest model that trains in ``budget``: the last of ``peaks`` (ordered smallest model first: a ladder's
+    rungs) whose measured peak is <= ``budget`` (the same unit). Why the last and not the largest under the budget:
+    the order is the models' size, and a peak that happens to dip at a larger rung still names the larger model.
+    Raises :class:`BudgetNotMet` (one line, the smallest peak and its rung) when none fits or ``peaks`` is empty."""
+    if not peaks:
+        raise BudgetNotMet(f"memory budget {budget:g} {unit}: no {what} was measured")
+    fits = [name for name, peak in peaks.items() if math.isfinite(peak) and peak <= budget]
+    if fits:
+        return fits[-1]
+    name, peak = min(peaks.items(), key=lambda kv: kv[1] if math.isfinite(kv[1]) else math.inf)
+    raise BudgetNotMet(f"memory budget {budget:g} {unit} cannot be met by any {what}: the smallest peak is "
+                       f"{peak:.4g} {unit} ({what} {name})")
+
+
 __all__ = ["BATCH_MODES", "LEVERS", "MEASURES", "TRY_STEPS", "BudgetNotMet", "Candidate", "candidates",
-           "chosen_config", "fit_budget", "format_budget", "option_for", "resolve_measure", "run_peak_mb",
-           "shard_note"]
+           "chosen_config", "fit_budget", "format_budget", "largest_fitting", "option_for", "resolve_measure",
+           "run_peak_mb", "shard_note"]
