@@ -123,10 +123,14 @@ def test_gpu_sh_without_cuda_skips_every_part_and_exits_0(tmp_path):
 @cpu_only
 def test_cpu_self_test_runs_every_part_with_torchao_missing(tmp_path):
     """``--device cpu`` runs each part's code path at tiny sizes under the blocker (which also blocks torchao
-    here): every part finishes, CUDA-only arms and the torchao arms are skipped with their reason."""
+    here): every part finishes, CUDA-only arms and the torchao arms are skipped with their reason.
+    ``--in-process``: one interpreter under the blocker, not a child per part (five imports of torch and the
+    family files, most of this test's time); the children, their streamed logs and a crashing part are
+    ``capped_run_with_a_crash``'s business below."""
     env = _blocker(tmp_path / "block", extra=("torchao",))
     path = tmp_path / "self" / "gpu.json"
-    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--json", str(path)], env)
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--device", "cpu", "--quick", "--in-process", "--json",
+                 str(path)], env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc = json.loads(path.read_text())
     assert doc["setting"] == "tiny" and doc["quick"] is True

@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -206,19 +204,21 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 
 
 @pytest.mark.slow  # a child process, under the AVX2 cap: ~10-20 s on a shared 2-core box
-def test_as_avx2_gives_the_card_an_avx2_user_would_see(tmp_path):
+def test_as_avx2_gives_the_card_an_avx2_user_would_see(tmp_path, monkeypatch, capfd):
+    """``lab machine --as avx2`` from this process (``main``: no interpreter of its own to start for the part
+    that only spawns); its child, capped, measures and prints straight to the file descriptors (``capfd``)."""
     if not mask_flags(hardware_flags(), emulation_env("avx2"))[1]:
         pytest.skip("this CPU has nothing above AVX2 to hide: its own card is the AVX2 card")
-    env = {**os.environ, "LAB_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "lab", "machine", "--as", "avx2", "--quick", "--json"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=180, check=False)
-    assert out.returncode == 0, out.stderr
-    child = MachineCard.from_dict(json.loads(out.stdout))
+    monkeypatch.setenv("LAB_CACHE_DIR", str(tmp_path))
+    capfd.readouterr()
+    assert main(["machine", "--as", "avx2", "--quick", "--json"]) == 0
+    out = capfd.readouterr()
+    child = MachineCard.from_dict(json.loads(out.out))
     assert child.hardware_id.endswith("-as-avx2") and child.capabilities["native_bf16"] is False
     assert child.capabilities["caps"] and child.capabilities["emulated"] is True
     version = torch.__version__.replace("+", "-")
     assert (tmp_path / "machine" / f"{child.hardware_id}-torch{version}-card{CARD_FORMAT}.json").is_file()
-    assert "GEMM at 1 thread" in out.stderr  # progress goes to stderr, the JSON alone to stdout
+    assert "GEMM at 1 thread" in out.err  # progress goes to stderr, the JSON alone to stdout
 
 
 def test_the_card_is_a_plain_dataclass_with_defaults():
@@ -232,7 +232,6 @@ def test_the_card_is_a_plain_dataclass_with_defaults():
 
 def _page() -> None:
     # AppTest runs this function's source as its own script
-    import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path.cwd() / "dashboard"))
