@@ -26,7 +26,7 @@ What "peak" is, by device (``measure``):
   ["step_peak_bytes"]``, :class:`lab.measure.memory.StepPeak`, the definition ``benchmarks/memory.py --largest``
   uses; the try asks for it with :func:`lab.memory.roles.counting_step_peak`, so other runs do not pay for the
   profiler). It holds the transients no role holds: a checkpointed block's recompute in backward (8-28 MiB above
-  the roles' sum at the transformer's rungs m..xl, docs/memory.md), an op's workspace, the optimizer's
+  the roles' sum at the transformer's rungs m..xl at batch 32, docs/memory.md), an op's workspace, the optimizer's
   temporaries; and it leaves out what a plain step frees before the rest exists (saved activations as the
   gradients appear). Why not the process RSS: on CPU it holds the Python and torch runtime (~0.3 GB that no
   lever moves), the data and the allocator's free lists, and one earlier try pins ``ru_maxrss``; for a small

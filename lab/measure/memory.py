@@ -313,8 +313,8 @@ class StepPeak:
 
     Why not the sum of the four roles: they never all coexist at their sizes (a plain step frees saved activations
     as the gradients appear: the roles over-count it at large sizes), and a checkpointed step recomputes a block's
-    activations in backward, which no role holds (the roles under-count it: 8-28 MiB at the transformer's rungs m..xl,
-    docs/memory.md). Measure it on a step after the first: the first creates the optimizer state."""
+    activations in backward, which no role holds (the roles under-count it: 8-28 MiB at the transformer's rungs
+    m..xl at batch 32, docs/memory.md). Measure it on a step after the first: the first creates the optimizer state."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  device: str | torch.device = "cpu") -> None:
