@@ -21,7 +21,8 @@ each ladder (``xs`` .. ``xl``, one batch size for all) trains two steps plain (t
 (every block checkpointed + torchao ``AdamW8bit``); the first counts the four roles (:class:`lab.memory.roles.
 CountingStep`, the run's own count) and creates the optimizer state (compiling the 8-bit update), the second's
 tensor-level high-water mark (:func:`lab.measure.memory.allocation_high_water`: the allocator's events, CPU or
-CUDA) on top of the parameters and optimizer state alive before it is the step's peak. The largest rung whose
+CUDA) on top of the parameters and optimizer state alive before it is the step's peak (:class:`lab.measure.memory.
+StepPeak`, the definition ``--memory-budget`` holds on CPU). The largest rung whose
 peak is <= the budget, each way (:func:`lab.ablation.memory_budget.largest_fitting`), and the stack's step-time
 cost at the stack's largest rung (interleaved, median ratio with a bootstrap 95 % CI, flagged when the contention
 meter says the machine was busy). Default budget: 99 % of the plain peak of the first ladder's middle rung (``m``),
@@ -50,9 +51,8 @@ from lab.measure.contention import ContentionMeter
 from lab.measure.memory import (
     MIB,
     SavedTensorBytes,
-    allocation_high_water,
+    StepPeak,
     optimizer_state_bytes,
-    param_bytes,
 )
 from lab.memory.checkpointing import checkpointed_copy
 from lab.memory.optim import low_bit_adam
@@ -132,16 +132,15 @@ def step_bytes(bench: Bench, stack: bool) -> dict[str, Any]:
     else:
         model = copy.deepcopy(bench.model)
         optimizer = make_optimizer("adam", model.parameters(), bench.lr)
-    counting = CountingStep(None, model)
+    counting = CountingStep(None, model, step_peak=False)  # the peak is measured below, the same way
     batches = itertools.repeat((*bench.inputs, bench.target))
     t0 = time.perf_counter()
     train_step(model, optimizer, bench.workload.loss, batches, bench.device, policy=counting)
     first_s = time.perf_counter() - t0
     rec = dict(counting.record or {})
-    at_rest = param_bytes(model) + optimizer_state_bytes(optimizer)
-    _, high = allocation_high_water(
-        lambda: train_step(model, optimizer, bench.workload.loss, batches, bench.device, policy=counting), bench.device)
-    peak = at_rest + high
+    with StepPeak(model, optimizer, bench.device) as step_peak:  # the run's own definition (details["memory"])
+        train_step(model, optimizer, bench.workload.loss, batches, bench.device, policy=counting)
+    peak = step_peak.bytes
     out = {k: rec.get(k) for k in ROLES}
     out.update(peak_bytes=peak, transient_bytes=peak - sum(out[k] or 0 for k in ROLES), first_step_s=first_s)
     return out

@@ -21,12 +21,20 @@ the training (an effective batch the lr was not tuned for), and the answer says 
 What "peak" is, by device (``measure``):
 
 - ``cuda``: the allocator's peak over the try's training (``torch.cuda.max_memory_allocated``), in process.
-- ``roles`` (CPU default): the tensor-level bytes of the first training step by role
-  (``details["memory"]``, :mod:`lab.measure.memory`): parameters + gradients + optimizer state + activations
-  saved for backward (one micro-batch's). Why not the process RSS: on CPU it holds the Python and torch runtime
-  (~0.3 GB that no lever moves), the data and the allocator's free lists, and one earlier try pins
-  ``ru_maxrss``; for a small model the levers' bytes drown in it. The sum of the four roles is what the step
-  holds for its own sake; transient buffers (an op's workspace, the optimizer's temporaries) are not in it.
+- ``step`` (CPU default): the step's real peak at the tensor level, the one that must fit: parameters + optimizer
+  state at rest plus the allocation high water of the try's second training step (``details["memory"]
+  ["step_peak_bytes"]``, :class:`lab.measure.memory.StepPeak`, the definition ``benchmarks/memory.py --largest``
+  uses; the try asks for it with :func:`lab.memory.roles.counting_step_peak`, so other runs do not pay for the
+  profiler). It holds the transients no role holds: a checkpointed block's recompute in backward (8-28 MiB above
+  the roles' sum at the transformer's rungs m..xl at batch 32, docs/memory.md), an op's workspace, the optimizer's
+  temporaries; and it leaves out what a plain step frees before the rest exists (saved activations as the
+  gradients appear). Why not the process RSS: on CPU it holds the Python and torch runtime (~0.3 GB that no
+  lever moves), the data and the allocator's free lists, and one earlier try pins ``ru_maxrss``; for a small
+  model the levers' bytes drown in it.
+- ``roles``: the tensor-level bytes of the first training step by role (``details["memory"]``): parameters +
+  gradients + optimizer state + activations saved for backward (one micro-batch's). What the step *keeps*, not
+  what must fit: a checkpointed step's real peak is above it (the recompute), so a budget held by ``roles`` can
+  answer "fits with checkpointing" for a step that does not. Kept to compare with earlier records.
 - ``rss``: each try in a fresh process, its lifetime peak RSS (:func:`lab.ablation.memory_fit.try_batch`): what
   the machine must hold, runtime and data included.
 """
@@ -46,7 +54,7 @@ from lab.registry import OPTIONS
 
 #: Steps per try: the warm-up plus a few measured ones (roles are counted in the first step; time is their median).
 TRY_STEPS, TRY_WARMUP = 5, 2
-MEASURES = ("auto", "roles", "rss", "cuda")
+MEASURES = ("auto", "step", "roles", "rss", "cuda")
 #: A measured configuration this much slower than the fastest that fits makes every one that adds levers to it
 #: not worth a try (a few-step try's time is noisy: a small margin is no evidence).
 SLOWER = 1.10
@@ -143,14 +151,14 @@ def candidates(cfg: RunConfig, *, shard: bool | None = None) -> list[Candidate]:
 
 
 def resolve_measure(cfg: RunConfig, measure: str) -> str:
-    """``auto``: ``cuda`` on a GPU run, else ``roles``. A compiled forward's saved tensors are not counted by
-    role, so ``roles`` refuses ``compute.compile`` (``rss`` measures it)."""
+    """``auto``: ``cuda`` on a GPU run, else ``step``. A compiled forward's saved tensors are not counted by
+    role, so ``roles`` refuses ``compute.compile`` (``step`` and ``rss`` measure it)."""
     if measure not in MEASURES:
         raise ValueError(f"--memory-measure={measure} is invalid: allowed: {', '.join(MEASURES)}")
     if measure == "auto":
         from lab.context import resolve_device
 
-        measure = "cuda" if resolve_device(cfg.device).type == "cuda" else "roles"
+        measure = "cuda" if resolve_device(cfg.device).type == "cuda" else "step"
     if measure == "roles" and cfg.compute.compile:
         raise ValueError("--memory-budget measured by role cannot count a compiled forward's saved activations; "
                          "drop --compute-compile or use --memory-measure rss")
@@ -165,15 +173,26 @@ def try_config(cfg: RunConfig) -> RunConfig:
 
 
 def measure_in_process(cfg: RunConfig, measure: str) -> dict[str, Any]:
-    """One try in this process: ``{"peak_mb", "step_ms", "roles_mb"}`` (``roles``: the four roles' sum; ``cuda``:
-    the allocator's peak over the training). A refusal (a model without blocks) raises ``ValueError``."""
+    """One try in this process: ``{"peak_mb", "step_ms", "roles_mb"}`` (``step``: the second step's real peak,
+    measured for this try only; ``roles``: the four roles' sum; ``cuda``: the allocator's peak over the training).
+    A refusal (a model without blocks) raises ``ValueError``, and so does a ``step`` try whose peak was not
+    measured (fewer than two steps ran): never another measure in its place."""
     from lab.train import run
 
-    r = run(cfg)
+    if measure == "step":
+        from lab.memory.roles import counting_step_peak
+
+        with counting_step_peak():
+            r = run(cfg)
+    else:
+        r = run(cfg)
     rec = r.details.get("memory") or {}
     roles = {k[:-len("_bytes")]: rec[k] / MIB for k in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
                                                           "saved_activations_bytes") if rec.get(k) is not None}
-    peak = r.peak_memory_mb if measure == "cuda" else sum(roles.values())
+    peak = run_peak_mb(r, measure) if measure != "roles" else sum(roles.values())
+    if peak is None:
+        raise ValueError(f"the try's {measure} peak was not measured (status {r.status}: "
+                         f"{r.error or 'fewer than two training steps'})")
     return {"peak_mb": peak, "step_ms": r.median_step_ms, "roles_mb": roles, "status": r.status}
 
 
@@ -195,9 +214,13 @@ def default_measure_fn(measure: str) -> MeasureFn:
 
 
 def run_peak_mb(result: Any, measure: str) -> float | None:
-    """The chosen run's own peak by the search's measure (``rss``: the sampled RSS peak of its training)."""
+    """The chosen run's own peak by the search's measure (``step``: its ``step_peak_bytes``, ``None`` where the run
+    did not measure it; ``rss``: the sampled RSS peak of its training)."""
+    rec = result.details.get("memory") or {}
+    if measure == "step":
+        got = rec.get("step_peak_bytes")
+        return got / MIB if got is not None else None
     if measure == "roles":
-        rec = result.details.get("memory") or {}
         parts = [rec.get(k) for k in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
                                       "saved_activations_bytes")]
         return sum(parts) / MIB if all(p is not None for p in parts) else None
@@ -300,7 +323,10 @@ def fit_budget(cfg: RunConfig, budget_mb: float, *, measure: str = "auto", batch
 
 
 MEASURE_NOTES = {
-    "roles": "tensor bytes of the first step by role: parameters + gradients + optimizer state + saved activations "
+    "step": "the second training step's real peak in tensor bytes: parameters + optimizer state at rest + the "
+            "step's allocation high water (recompute and transients included); process RSS not included",
+    "roles": "what the step keeps, not what must fit: tensor bytes of the first step by role: parameters + "
+             "gradients + optimizer state + saved activations "
              "(one micro-batch's); process RSS (runtime, data, allocator) not included",
     "rss": "each try's lifetime peak RSS in a fresh process (runtime and data included)",
     "cuda": "torch.cuda.max_memory_allocated over the try's training",

@@ -4,8 +4,10 @@ and which configurations are on the Pareto front (no other one holds less memory
 Why its own rows and not the ablation table's ``peak_memory_mb``: on CPU that column is the process RSS, ~0.3 GB of
 Python and torch runtime that no memory lever moves, so a lever that halves the step's own bytes reads as a few
 per cent there. The trade reads each run's peak by the measure the budget search uses
-(:func:`lab.ablation.memory_budget.run_peak_mb`): ``roles`` (parameters + gradients + optimizer state + saved
-activations, ``details["memory"]``, the CPU default wherever every run counted them), ``cuda`` (the allocator's
+(:func:`lab.ablation.memory_budget.run_peak_mb`): ``step`` (a budget search's CPU default: the step's real
+peak, which its tries measure; an ablation's runs do not, the profiler is slow), ``roles`` (parameters +
+gradients + optimizer state + saved activations, ``details["memory"]``, the ablation's CPU default wherever every
+run counted them), ``cuda`` (the allocator's
 peak) or ``rss``. Two sources, one row shape:
 
 - :func:`from_ablation`: an ablation's stored runs. The peak ratio is median(arm) / median(baseline) over the
@@ -35,7 +37,9 @@ from lab.result import RunResult
 from lab.store import ResultStore
 
 ROLE_KEYS = ("params_bytes", "grads_bytes", "optimizer_state_bytes", "saved_activations_bytes")
-MEASURE_LABELS = {"roles": "tensor bytes by role (params + grads + optimizer state + saved activations)",
+MEASURE_LABELS = {"step": "a training step's real peak in tensor bytes (params + optimizer state + its allocation "
+                           "high water)",
+                  "roles": "tensor bytes by role (params + grads + optimizer state + saved activations)",
                   "cuda": "CUDA allocator peak", "rss": "process peak RSS"}
 
 
@@ -49,11 +53,14 @@ def _counted(r: RunResult) -> bool:
 
 
 def pick_measure(results: Sequence[RunResult]) -> str:
-    """``cuda`` when the runs' peaks are the CUDA allocator's, ``roles`` when every run counted its step by role,
-    else ``rss`` (the sampled process peak every run carries)."""
+    """``cuda`` when the runs' peaks are the CUDA allocator's, ``step`` when every run measured its step's real
+    peak (``step_peak_bytes``), ``roles`` when every run counted its step by role, else ``rss`` (the sampled
+    process peak every run carries)."""
     ok = [r for r in results if r.status == "ok"]
     if ok and all(r.memory_kind == "cuda" for r in ok):
         return "cuda"
+    if ok and all((r.details.get("memory") or {}).get("step_peak_bytes") is not None for r in ok):
+        return "step"
     return "roles" if ok and all(_counted(r) for r in ok) else "rss"
 
 

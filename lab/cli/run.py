@@ -30,8 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "checkpoint_blocks, adam8bit/4bit, combined) on short tries and run the fastest whose "
                           "peak is <= MB; refused in one line when none fits")
     mem.add_argument("--memory-measure", default="auto", metavar="KIND",
-                     help="what the budget holds: roles (CPU: tensor bytes by role), rss (a fresh process's peak "
-                          "RSS), cuda (the allocator's peak); auto: cuda on a GPU, else roles (default: auto)")
+                     help="what the budget holds: step (CPU: a training step's real peak in tensor bytes, "
+                          "params + optimizer state + the step's allocation high water), roles (what the step "
+                          "keeps: params + grads + optimizer state + saved activations; not what must fit), rss "
+                          "(a fresh process's peak RSS), cuda (the allocator's peak); auto: cuda on a GPU, else "
+                          "step (default: auto)")
     mem.add_argument("--memory-budget-batch", default="fallback", metavar="MODE",
                      help="fallback: halve the batch only when nothing that keeps it fits; never: keep the batch "
                           "(default: fallback)")
@@ -80,7 +83,13 @@ def main(args: argparse.Namespace) -> int:
     # Under torchrun / srun rank 0 alone reports and stores.
     store = None if args.no_store or detect_launch().rank != 0 else ResultStore(args.store)
     try:
-        result = run(cfg, progress=progress, on_error="record")
+        if found is not None and found["measure"] == "step":  # the chosen run's own step peak, to check the answer
+            from lab.memory.roles import counting_step_peak
+
+            with counting_step_peak():
+                result = run(cfg, progress=progress, on_error="record")
+        else:
+            result = run(cfg, progress=progress, on_error="record")
         if bar is not None:
             bar.close()
             bar = None

@@ -249,39 +249,95 @@ class SavedTensorBytes:
         self._hooks.__exit__(*exc)
 
 
-def allocation_high_water(fn: Callable[[], Any], device: str | torch.device = "cpu") -> tuple[Any, int]:
-    """Run ``fn()``; return its result and the highest tensor bytes allocated during it beyond those allocated at
-    its start (the step's own high-water mark: activations, gradients, the optimizer's temporaries, an op's
+class AllocationHighWater:
+    """Within ``with``: the highest tensor bytes allocated beyond those allocated at its start (:attr:`bytes`,
+    set on exit): the region's own high-water mark (activations, gradients, the optimizer's temporaries, an op's
     workspace, all at once at their worst moment).
 
     Why: the four roles are what a step keeps; what must fit is the moment the most is alive, which adds the
-    transients no role holds (a matmul's output before it is saved, the optimizer's scratch) and leaves out what
-    is freed before the rest exists. CUDA: the allocator's own peak (``max_memory_allocated``). CPU: the
-    allocator's events the profiler records with ``profile_memory=True`` (every tensor allocation and free,
-    signed bytes), summed in time order; the process RSS would add ~0.3 GB of runtime no step changes."""
-    device = torch.device(device)
-    if _is_cuda(device):
-        torch.cuda.synchronize(device)
-        start = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        out = fn()
-        torch.cuda.synchronize(device)
-        return out, max(torch.cuda.max_memory_allocated(device) - start, 0)
-    from torch.profiler import ProfilerActivity, profile  # keep the profiler's import off module import
+    transients no role holds (a matmul's output before it is saved, the optimizer's scratch, a checkpointed
+    block's recompute) and leaves out what is freed before the rest exists. CUDA: the allocator's own peak
+    (``max_memory_allocated``; it resets the peak statistics). CPU: the allocator's events the profiler records
+    with ``profile_memory=True`` (every tensor allocation and free, signed bytes), summed in time order; the
+    process RSS would add ~0.3 GB of runtime no step changes. A context manager (not only a function) so that a
+    region that is not one call (a step policy's first forward to its optimizer step) can be measured."""
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.bytes: int | None = None
+        self._start = 0
+        self._prof: Any = None
+
+    def __enter__(self) -> AllocationHighWater:
+        if _is_cuda(self.device):
+            torch.cuda.synchronize(self.device)
+            self._start = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        from torch.profiler import ProfilerActivity, profile  # keep the profiler's import off module import
+
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if _is_cuda(self.device):
+            torch.cuda.synchronize(self.device)
+            self.bytes = max(torch.cuda.max_memory_allocated(self.device) - self._start, 0)
+            return
+        prof, self._prof = self._prof, None
+        prof.__exit__(*exc)
+        events = [e for e in prof.profiler.kineto_results.events()
+                  if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+        now = high = 0
+        for e in sorted(events, key=lambda e: e.start_ns()):
+            now += e.nbytes()
+            high = max(high, now)
+        self.bytes = high
+
+
+def allocation_high_water(fn: Callable[[], Any], device: str | torch.device = "cpu") -> tuple[Any, int]:
+    """Run ``fn()``; return its result and its :class:`AllocationHighWater` (the highest tensor bytes allocated
+    during it beyond those allocated at its start)."""
+    with AllocationHighWater(device) as hw:
         out = fn()
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
-    now = high = 0
-    for e in sorted(events, key=lambda e: e.start_ns()):
-        now += e.nbytes()
-        high = max(high, now)
-    return out, high
+    return out, int(hw.bytes or 0)
+
+
+class StepPeak:
+    """Within ``with`` (one training step): the step's real peak in tensor bytes, :attr:`bytes` on exit: the
+    parameters and optimizer state alive at its start (:attr:`at_rest`) plus its :class:`AllocationHighWater`
+    (:attr:`high`). The one definition of "a step's peak" that ``benchmarks/memory.py --largest`` and a run's
+    ``details["memory"]["step_peak_bytes"]`` (:class:`lab.memory.roles.CountingStep`, what ``--memory-budget``
+    holds on CPU) share.
+
+    Why not the sum of the four roles: they never all coexist at their sizes (a plain step frees saved activations
+    as the gradients appear: the roles over-count it at large sizes), and a checkpointed step recomputes a block's
+    activations in backward, which no role holds (the roles under-count it: 8-28 MiB at the transformer's rungs
+    m..xl at batch 32, docs/memory.md). Measure it on a step after the first: the first creates the optimizer state."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 device: str | torch.device = "cpu") -> None:
+        self.model, self.optimizer = model, optimizer
+        self._hw = AllocationHighWater(device)
+        self.at_rest = 0
+        self.high: int | None = None
+        self.bytes: int | None = None
+
+    def __enter__(self) -> StepPeak:
+        self.at_rest = param_bytes(self.model) + optimizer_state_bytes(self.optimizer)
+        self._hw.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hw.__exit__(*exc)
+        self.high = int(self._hw.bytes or 0)
+        self.bytes = self.at_rest + self.high
 
 
 __all__ = [
-    "ByteCount", "MemorySampler", "MIB", "SavedTensorBytes", "allocation_high_water",
+    "AllocationHighWater", "ByteCount", "MemorySampler", "MIB", "SavedTensorBytes", "StepPeak",
+    "allocation_high_water",
     "grad_bytes", "optimizer_state_bytes", "param_bytes",
     "peak_memory_mb", "rss_mb", "tensor_bytes",
 ]

@@ -6,13 +6,32 @@ transformer checks that the chosen configuration's measured peak is under the bu
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import itertools
+import os
 import re
+from typing import Any
 
 import pytest
+import torch
 
-from lab.ablation.memory_budget import BudgetNotMet, candidates, chosen_config, fit_budget, format_budget, shard_note
+from lab.ablation.memory_budget import (
+    BudgetNotMet,
+    candidates,
+    chosen_config,
+    fit_budget,
+    format_budget,
+    resolve_measure,
+    shard_note,
+)
 from lab.cli import main
 from lab.config import RunConfig
+from lab.loop import train_step
+from lab.measure.memory import MIB, StepPeak
+from lab.memory.checkpointing import checkpointed_copy
+from lab.memory.roles import STEP_PEAK_ENV, CountingStep, counting_step_peak
+from lab.result import RunResult
 
 BASE = RunConfig(workload="mlp", size="tiny")
 
@@ -131,7 +150,7 @@ def test_a_real_search_runs_the_configuration_whose_measured_peak_fits(capsys):
     assert free["chosen"] is free["baseline"] and len(free["candidates"]) == 1
     peak = free["baseline"]["peak_mb"]
     found = fit_budget(base, 0.7 * peak)
-    assert found["measure"] == "roles" and found["chosen"]["peak_mb"] <= 0.7 * peak
+    assert found["measure"] == "step" and found["chosen"]["peak_mb"] <= 0.7 * peak
     assert found["chosen"]["options"] and found["baseline"]["peak_mb"] == pytest.approx(peak, rel=1e-6)
     roles = found["chosen"]["roles_mb"]
     assert roles["saved_activations"] < found["baseline"]["roles_mb"]["saved_activations"]  # what the lever cut
@@ -139,6 +158,77 @@ def test_a_real_search_runs_the_configuration_whose_measured_peak_fits(capsys):
                  "--warmup-steps", "1", "--latency-repeats", "0", "--no-store", "--no-progress",
                  f"--memory-budget={0.7 * peak:.4f}"])
     out = capsys.readouterr().out
-    own = re.search(r"the run's own peak ([0-9.]+) MB \(roles\), configuration (\S+)", out)
+    own = re.search(r"the run's own peak ([0-9.]+) MB \(step\), configuration (\S+)", out)
     assert code == 0 and "fits with" in out and own, out
     assert float(own[1]) <= 0.7 * peak and own[2] != "baseline"  # the run itself held what its try measured
+
+
+def _block_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    block = lambda: torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))  # noqa: E731
+    return torch.nn.Sequential(*(block() for _ in range(3)), torch.nn.Linear(64, 4))
+
+
+def test_a_checkpointed_steps_peak_is_the_benchmarks_definition_and_holds_what_the_step_keeps():
+    """``step_peak_bytes`` (the run's count, asked for by ``counting_step_peak``) is the same bytes as
+    ``benchmarks/memory.py --largest``'s peak (StepPeak around the second step), and at least the parameters,
+    gradients and optimizer state that all exist before the optimizer step."""
+    model, _ = checkpointed_copy(_block_model(), lambda m: list(m)[:3])
+    twin = copy.deepcopy(model)
+    x, y = torch.randn(32, 64), torch.randint(0, 4, (32,))
+    loss = torch.nn.functional.cross_entropy
+
+    def two_steps(m: torch.nn.Module, policy: CountingStep, *, around: bool) -> tuple[torch.optim.Optimizer, Any]:
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+        batches = itertools.repeat((x, y))
+        train_step(m, opt, loss, batches, torch.device("cpu"), policy=policy)
+        with StepPeak(m, opt) if around else contextlib.nullcontext() as peak:
+            train_step(m, opt, loss, batches, torch.device("cpu"), policy=policy)
+        return opt, peak
+
+    with counting_step_peak():
+        counting = CountingStep(None, model)
+    assert counting.step_peak and os.environ.get(STEP_PEAK_ENV) is None  # asked for inside, not leaked after
+    two_steps(model, counting, around=False)
+    rec = counting.record
+    _, bench_peak = two_steps(twin, CountingStep(None, twin), around=True)
+    assert rec["step_peak_bytes"] == bench_peak.bytes  # one definition, two callers
+    kept = rec["params_bytes"] + rec["grads_bytes"] + rec["optimizer_state_bytes"]
+    assert rec["step_peak_bytes"] >= kept and rec["saved_activations_bytes"] > 0
+    plain = CountingStep(None, twin)  # not asked: no profiler, no figure
+    two_steps(twin, plain, around=False)
+    assert "step_peak_bytes" not in plain.record
+
+
+def _planted_run(roles_mb: float, step_mb: float, ms: float) -> RunResult:
+    parts = {"params_bytes": 1, "grads_bytes": 1, "optimizer_state_bytes": 2,
+             "saved_activations_bytes": round(roles_mb * MIB) - 4}
+    return RunResult(run_id="x", config={}, env={}, steps=5, warmup_steps=2,
+                     step_times_ms={"total": [ms] * 5},
+                     details={"memory": {**parts, "step_peak_bytes": round(step_mb * MIB)}})
+
+
+def test_a_budget_held_by_the_step_peak_never_chooses_what_only_the_roles_say_fits(monkeypatch):
+    """Checkpointing keeps fewer bytes by role (60 MB) but its recompute peaks at 90 MB: under a 72 MB budget the
+    roles choose it, the step's real peak does not (accum4 fits both ways, at more time)."""
+    import lab.train
+
+    seen: list[str | None] = []
+
+    def run(cfg: RunConfig, **_: Any) -> RunResult:
+        seen.append(os.environ.get(STEP_PEAK_ENV))
+        ck, k = cfg.memory.checkpoint == "blocks", cfg.memory.micro_batches
+        if ck:
+            return _planted_run(60, 90, 12)
+        return _planted_run({1: 100, 2: 85, 4: 70}[k], {1: 100, 2: 85, 4: 70}[k], {1: 10, 2: 11, 4: 14}[k])
+
+    monkeypatch.setattr(lab.train, "run", run)
+    by_roles = fit_budget(BASE, 72, measure="roles", batch="never")
+    assert by_roles["chosen"]["name"] == "checkpoint_blocks"  # the bug this guards against: fits by role only
+    seen.clear()
+    by_step = fit_budget(BASE, 72, measure="step", batch="never")
+    assert by_step["chosen"]["name"] == "accum4" and by_step["chosen"]["peak_mb"] == pytest.approx(70)
+    ck = next(r for r in by_step["candidates"] if r["name"] == "checkpoint_blocks")
+    assert ck["peak_mb"] == pytest.approx(90) and not ck["fits"]
+    assert seen and set(seen) == {"1"}  # every try asked for the step's peak
+    assert resolve_measure(BASE, "auto") == "step"
