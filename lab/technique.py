@@ -174,6 +174,12 @@ class NotPortable(ValueError):
     not written out yet): the message says why, and :mod:`lab.portable` refuses the script with it."""
 
 
+def not_written_out(setting: str, what: str) -> NotPortable:
+    """The refusal of a setting the lab runs but the recipe does not write out yet, in one wording for every
+    family: ``raise not_written_out("ddp.grad_accum_steps=2", "gradient accumulation (no_sync ...)")``."""
+    return NotPortable(f"{setting}: {what} is not written out by the recipe yet")
+
+
 @dataclass(frozen=True)
 class Portable:
     """One family's part of the plain-PyTorch training script that ``python -m lab recipe`` writes

@@ -39,7 +39,7 @@ from lab.data.studies.skew import rank_partition
 from lab.data.studies.stalls import CachedLoader
 from lab.data.studies.threads import recommend
 from lab.loop import Loader
-from lab.registry import FAMILIES
+from lab.registry import FAMILIES, LOADERS
 from lab.result import RunResult
 from lab.technique import FitPlan, Option, Portable, Technique
 from lab.timed import TRAIN, Bench, NotTimed, TimedArm
@@ -84,15 +84,23 @@ def _replay_step_ms(ctx: TrainContext) -> float | None:
 
 
 def data_bound_why(wait_fraction: float | None, ideal_ms: float | None, median_ms: float | None,
-                   replay_ms: float | None = None) -> str | None:
+                   replay_ms: float | None = None, *, workers: int = 0, in_memory: bool = False) -> str | None:
     """The "data-bound" why tag when the loader costs more than :data:`DATA_BOUND_SHARE` of the step: by the
-    measured data wait, or (with a replay) by the gap between the run's step and the replayed one."""
+    measured data wait, or (with a replay) by the gap between the run's step and the replayed one. The remedy
+    follows the loader that waited: ``workers`` processes over ``in_memory`` rows wait on their own hand-over
+    (each batch pickled across a process boundary), which more workers only multiply."""
     if not median_ms:
         return None
     if wait_fraction is not None and wait_fraction > DATA_BOUND_SHARE:
+        if workers and in_memory:
+            remedy = (f"its {workers} worker process(es) hand every batch across a process boundary, and with the "
+                      "rows already in memory that hand-over is the wait: the main-process loader or a thread "
+                      "prefetcher avoids it, more workers would not")
+        else:
+            remedy = ("a prefetching loader, more reads in flight (data.prefetch_readers) or "
+                      f"{'more' if workers else 'loader'} workers would help")
         return (f"data-bound: {100 * wait_fraction:.0f}% of the step waits for data (ideal step {ideal_ms:.3g} ms "
-                f"vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% threshold): a "
-                "prefetching loader, more reads in flight (data.prefetch_readers) or more workers would help")
+                f"vs {median_ms:.3g} ms measured; above the {100 * DATA_BOUND_SHARE:.0f}% threshold): {remedy}")
     if replay_ms and 1 - replay_ms / median_ms > DATA_BOUND_SHARE:
         return (f"data-bound: the replay of cached batches steps in {replay_ms:.3g} ms vs {median_ms:.3g} ms "
                 f"measured (above the {100 * DATA_BOUND_SHARE:.0f}% threshold)")
@@ -125,7 +133,9 @@ def _record_data_path(ctx: TrainContext, model: nn.Module) -> nn.Module:
         if replay and median_ms:
             data["data_bound_share"] = max(0.0, 1 - replay / median_ms)
     result.details["data"] = data
-    why = data_bound_why(wait, ideal_ms, median_ms, data.get("replay_step_ms"))
+    workers = cfg.data.num_workers if LOADERS.get(cfg.data.loader).worker_processes else 0
+    why = data_bound_why(wait, ideal_ms, median_ms, data.get("replay_step_ms"), workers=workers,
+                         in_memory=cfg.data.source == "memory")
     if why:
         result.why.append(why)
     return model

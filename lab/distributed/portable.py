@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from lab.config import RunConfig
 from lab.result import RunResult
-from lab.technique import NotPortable, Portable
+from lab.technique import NotPortable, Portable, not_written_out
 
 
 def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
@@ -23,8 +23,8 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     if not dc.enabled:
         return None
     if dc.grad_accum_steps > 1:
-        raise NotPortable(f"ddp.grad_accum_steps={dc.grad_accum_steps}: gradient accumulation (no_sync on all but "
-                          "the last micro-batch) is not written out by the recipe yet")
+        raise not_written_out(f"ddp.grad_accum_steps={dc.grad_accum_steps}",
+                              "gradient accumulation (no_sync on all but the last micro-batch)")
     if dc.shard != "batch":
         raise NotPortable(f"ddp.shard={dc.shard!r}: per-rank shards cut {dc.shard} are the lab's sharding study, "
                           "not written out by the recipe (DistributedSampler deals strided shares)")

@@ -14,7 +14,7 @@ from lab.config import RunConfig
 from lab.context import resolve_device
 from lab.precision.gate import capability
 from lab.result import RunResult
-from lab.technique import NotPortable, Portable
+from lab.technique import NotPortable, Portable, not_written_out
 
 TORCH_NAMES = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
 
@@ -46,8 +46,8 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     if not pc.enabled:
         return None
     if pc.fp32_modules:
-        raise NotPortable(f"precision.fp32_modules={list(pc.fp32_modules)!r}: fp32 islands (a nested "
-                          "autocast(enabled=False) per module) are not written out by the recipe yet")
+        raise not_written_out(f"precision.fp32_modules={list(pc.fp32_modules)!r}",
+                              "fp32 islands (a nested autocast(enabled=False) per module)")
     dtype, why = (pc.dtype, "") if pc.dtype != "auto" else auto_choice(cfg, run)
     notes = (why,) if why else ()
     if dtype == "fp32":

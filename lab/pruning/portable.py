@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from lab.config import RunConfig
 from lab.result import RunResult
-from lab.technique import NotPortable, Portable
+from lab.technique import NotPortable, Portable, not_written_out
 
 RECALIBRATE_BATCHNORM = '''\
 def recalibrate_batchnorm(model, loader, device, max_batches=16):
@@ -57,8 +57,8 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     if not pc.enabled:
         return None
     if pc.schedule == "gradual":
-        raise NotPortable("prune.schedule='gradual': the cubic schedule (masks updated every "
-                          f"{pc.frequency_steps} steps during training) is not written out by the recipe yet")
+        raise not_written_out("prune.schedule='gradual'", "the cubic schedule (masks updated every "
+                              f"{pc.frequency_steps} steps during training)")
     if pc.layers:
         raise NotPortable(f"prune.layers={list(pc.layers)!r}: a layer selection is not written out by the recipe "
                           "yet (it prunes every Linear / convolution layer)")

@@ -187,6 +187,10 @@ def test_data_bound_tag_above_the_threshold():
     assert data_bound_why(0.4, 6.0, 10.0).startswith("data-bound: 40% of the step waits for data")
     assert "replay of cached batches" in data_bound_why(0.02, 9.8, 10.0, replay_ms=7.0)
     assert data_bound_why(None, None, None) is None
+    # the remedy follows the loader that waited: workers over in-memory rows wait on their own hand-over
+    assert "more workers would not" in data_bound_why(0.19, 7.7, 9.3, workers=2, in_memory=True)
+    assert "more workers would help" in data_bound_why(0.19, 7.7, 9.3, workers=2)  # reading files: they might
+    assert "loader workers would help" in data_bound_why(0.19, 7.7, 9.3)
 
 
 def test_a_user_map_style_dataset_trains_from_files():

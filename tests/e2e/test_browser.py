@@ -204,6 +204,21 @@ def _check(page, name: str, shots: Path) -> dict:
     return found
 
 
+def _quiet_runs(store_path: Path) -> dict[str, float]:
+    """What the contention meter said about the default ablation's runs while this page watched them: how many
+    were busy, how many were measured again after a burst (lab.ablation.runner._Settling), and the most cores other
+    processes (this page and its server among them) took in a kept run. Recorded, never asserted: on a quiet
+    machine the page alone must not make its own runs busy (before the settle wait and the slower redraws it made
+    30 of 30 busy, and the card never crowned); on a busy CI box they are busy, rightly."""
+    from lab.store import ResultStore
+
+    seen = [(r.details.get("contention") or {}) for r in ResultStore(store_path).list_results()]
+    seen = [c for c in seen if c]
+    return {"runs_busy (of the ablation's runs)": float(sum(bool(c.get("busy")) for c in seen)),
+            "runs_measured_again (a burst spoiled the first try)": float(sum(bool(c.get("discarded")) for c in seen)),
+            "others_cores_max (in a kept run)": max((float(c.get("others_cores") or 0) for c in seen), default=0.0)}
+
+
 def _check_card(page) -> None:
     """The recommendation card above the tabs says what the Ablation tab's verdict says: the same winner, or on a
     busy machine no recommendation (lab.doctor.recommendation reads the verdict's own rule)."""
@@ -237,7 +252,8 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
     ``$LAB_SCREENSHOTS`` (default: the test's tmp folder), one per tab plus ``first_page.png`` (before Run: the card
     offers the doctor's diagnosis) and ``ablation_running.png``, with ``timings.txt``: the cold first page load
     (server start to the Run button drawn, and the page's own load), the click to the first arms' figures and the
-    default ablation's click to verdict, also printed (``pytest -rP`` shows them; recorded, never asserted)."""
+    default ablation's click to verdict, with how many of its runs the contention meter called busy or measured
+    again (:func:`_quiet_runs`), also printed (``pytest -rP`` shows them; recorded, never asserted)."""
     if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
         pytest.skip("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -293,6 +309,7 @@ def test_every_page_reads_in_a_real_browser_after_the_default_ablation(tmp_path,
                 page.locator(".js-plotly-plot").first.wait_for(state="visible", timeout=60_000)
                 (shots / "default_ablation_seconds.txt").write_text(f"{took:.0f}\n")
                 timings["default_ablation_s (click to verdict)"] = took
+                timings.update(_quiet_runs(private_store))
                 said = "\n".join(f"{k}: {v:.1f}" for k, v in timings.items())
                 (shots / "timings.txt").write_text(said + "\n")
                 print(f"\n{said}\nscreenshots: {shots}")
