@@ -33,7 +33,7 @@ REFRESH_S = 5.0
 #: Seconds between redraws of a running job's figures so far (a chart and a table: a redraw costs the server and
 #: the browser about a core for most of a second, which the worker's contention meter rightly counts as another
 #: process; redrawn every second, the page alone made every run of a 2-core machine's ablation "busy").
-FIGURES_S = 60.0
+FIGURES_S = 10.0
 
 
 #: The key prefix of the doctor's verification ablation (run inside a verification job, :mod:`lab.doctor.jobs`):
