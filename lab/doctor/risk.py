@@ -19,7 +19,7 @@ will train, costs included:
   floors it; here it is floored again for an uncalibrated prediction). A pick is *prescribed* when (a) its
   predicted gain is larger than the A/A noise (a gain a verification cannot tell from noise is not one) and
   (b) the probability that it is faster than the baseline is at least :attr:`Rule.confidence` (0.8). The
-  first rule of issue 45 (:data:`LOWER_END`) asked the interval's lower end itself to clear 1, a one-sided
+  first risk-aware rule (:data:`LOWER_END`) asked the interval's lower end itself to clear 1, a one-sided
   95 %: on the quiet pasted set its predictions were right to 4 % and it still prescribed nothing on 6/6 models
   while bf16 and fused Adam measured 1.13-1.19x (their bands x/ 1.2-1.6 against gains of 4-16 %).
   Why 0.8: a user who tries the pick and keeps it when it pays loses one short trial when it does not, and
@@ -77,7 +77,7 @@ class Rule:
             raise ValueError(f"rank={self.rank!r} is invalid: allowed: 'expected', 'lower_end'")
 
 
-#: Issue 45's first rule: the 90 % interval's lower end must clear 1 (one-sided 95 %), ranked by that lower end.
+#: The first risk-aware rule: the 90 % interval's lower end must clear 1 (one-sided 95 %), ranked by that lower end.
 LOWER_END = Rule(0.95, "lower_end", "lower end > 1 (one-sided 95 %)")
 #: The rule in force: faster than the baseline with probability >= 0.8, ranked by the expected time saved.
 SURE_ENOUGH = Rule(0.8, "expected", "P(faster) >= 80 %, by expected time saved")

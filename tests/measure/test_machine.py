@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -231,7 +230,8 @@ def test_the_card_is_a_plain_dataclass_with_defaults():
 
 
 def _page() -> None:
-    # AppTest runs this function's source as its own script
+    # AppTest runs this function's source as its own script: the module's imports are not there
+    import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path.cwd() / "dashboard"))
