@@ -22,6 +22,10 @@ Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.score
   spotter, a CIFAR ResNet, a padded ``nn.TransformerEncoder`` classifier, a tabular MLP, a two-tower recommender,
   a timm-style ViT), written after the risk-aware rule and the small-attention compile rule; held out for every
   rule change after it.
+- ``third``: models as people paste them, a third time (``tests/gallery_third.py``: an MLP-Mixer, a two-layer GCN
+  over a dense adjacency buffer, a variational classifier, a weight-normed TCN, a GRU with Bahdanau attention, a
+  DLRM-style click model, a MobileNetV2 / V3-style net), written before the run-level scoring and the
+  fused-optimizer / small-model rules; held out for every rule change after them.
 
 For each case the doctor profiles a baseline and predicts every technique in the list
 (:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
@@ -66,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from gallery import register_gallery  # noqa: E402
 from gallery_fresh import register_fresh  # noqa: E402
 from gallery_pasted import register_pasted  # noqa: E402
+from gallery_third import register_third  # noqa: E402
 from gallery_unseen import register_unseen  # noqa: E402
 
 from lab import RunConfig  # noqa: E402
@@ -99,7 +104,9 @@ SETS = {"builtin": "built-in ladders (in-sample)", "gallery": "user-model galler
         "unseen": "models no doctor rule was fitted on (held out)",
         "pasted": "models as people paste them, built before issue 45's rules (held out)",
         "fresh": "models as people paste them, built after the risk-aware and small-attention rules (held out for "
-                 "every rule change after them)"}
+                 "every rule change after them)",
+        "third": "models as people paste them, a third time, built before the run-level scoring and the "
+                 "fused-optimizer / small-model rules (held out for every rule change after them)"}
 #: The goals of issue 28 on a held-out set: name -> (scorecard key, test).
 GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": ("regret_mean", lambda v: v <= 0.05),
          "worst regret <= 20 %": ("regret_worst", lambda v: v <= 0.2),
@@ -118,6 +125,8 @@ def case_set(workload: str) -> str:
         return "pasted"
     if workload.startswith("fresh_"):
         return "fresh"
+    if workload.startswith("third_"):
+        return "third"
     if workload.startswith("hf_") or "workloads.hf:" in workload:
         return "hf"
     return "builtin"
@@ -137,7 +146,7 @@ def hf_available() -> str | None:
 def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str]]:
     """The cases of ``sets`` and, per set left out, why."""
     gallery, unseen, pasted = list(register_gallery()), list(register_unseen()), list(register_pasted())
-    fresh = list(register_fresh())
+    fresh, third = list(register_fresh()), list(register_third())
     out: list[tuple[str, ...]] = []
     why: dict[str, str] = {}
     for s in sets:  # in the order asked
@@ -151,6 +160,8 @@ def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str
             out += [(u, "tiny") for u in (pasted[:2] if quick else pasted)]
         elif s == "fresh":
             out += [(u, "tiny") for u in (fresh[:2] if quick else fresh)]
+        elif s == "third":
+            out += [(u, "tiny") for u in (third[:2] if quick else third)]
         elif (reason := hf_available()) is None:
             out += [(f"lab.workloads.hf:{m}", "tiny") for m in (HF_MODELS[:2] if quick else HF_MODELS)]
         else:
@@ -245,6 +256,7 @@ def main() -> None:
         register_unseen()
         register_pasted()
         register_fresh()
+        register_third()
         for workload, size, *rung in todo:
             c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
                          max_steps=None if args.quick else MAX_STEPS, calibration=cal,
