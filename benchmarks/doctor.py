@@ -81,6 +81,7 @@ from lab.doctor import (  # noqa: E402
     diagnose,
     format_scorecard,
     load_calibration,
+    over_the_run,
     quiet,
     scorecard,
     top1_hit,
@@ -197,7 +198,7 @@ def run_case(workload: str, size: str, techs: list[str], store: ResultStore, run
             "params": d.baseline.param_count, "macs_per_sample": d.baseline.macs_per_sample,
             "step_ms": d.train.step_ms, "shares": {k: round(v, 4) for k, v in d.train.shares().items() if v > 0},
             "rate_source": d.rate_source, "top": d.top().technique if d.top() else None,
-            "top1_hit": top1_hit(rows), "rows": rows, "skipped": d.skipped,
+            "top1_hit": top1_hit(over_the_run(rows)), "rows": rows, "skipped": d.skipped,
             "median_abs_error": card["median_abs_error"], "wall_s": time.perf_counter() - t0,
             "contention": busy.to_dict() if busy else None}
 

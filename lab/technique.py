@@ -180,6 +180,14 @@ def not_written_out(setting: str, what: str) -> NotPortable:
     return NotPortable(f"{setting}: {what} is not written out by the recipe yet")
 
 
+def refuse_accumulation(setting: str, micro_batches: int, how: str) -> None:
+    """Raise :func:`not_written_out` for gradient accumulation over ``micro_batches`` > 1: two families run it
+    (data parallel's ``no_sync`` on all but the last micro-batch, the memory family's batch kept over smaller
+    ones) and the recipe writes out neither yet, said in one wording."""
+    if micro_batches > 1:
+        raise not_written_out(f"{setting}={micro_batches}", f"gradient accumulation {how}")
+
+
 @dataclass(frozen=True)
 class Portable:
     """One family's part of the plain-PyTorch training script that ``python -m lab recipe`` writes

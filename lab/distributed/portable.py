@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from lab.config import RunConfig
 from lab.result import RunResult
-from lab.technique import NotPortable, Portable, not_written_out
+from lab.technique import NotPortable, Portable, refuse_accumulation
 
 
 def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
@@ -22,9 +22,7 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     dc = cfg.ddp
     if not dc.enabled:
         return None
-    if dc.grad_accum_steps > 1:
-        raise not_written_out(f"ddp.grad_accum_steps={dc.grad_accum_steps}",
-                              "gradient accumulation (no_sync on all but the last micro-batch)")
+    refuse_accumulation("ddp.grad_accum_steps", dc.grad_accum_steps, "(no_sync on all but the last micro-batch)")
     if dc.shard != "batch":
         raise NotPortable(f"ddp.shard={dc.shard!r}: per-rank shards cut {dc.shard} are the lab's sharding study, "
                           "not written out by the recipe (DistributedSampler deals strided shares)")

@@ -162,7 +162,8 @@ def run_verify(store: ResultStore, key: str, token: str | None = None,
         hb.write()
         rows = verify_predictions(RunConfig.from_dict(d.config), chosen, repeats=repeats, store=store,
                                   progress=track, base_step_ms=(d.train or {}).get("step_ms"),
-                                  hardware_id=d.hardware_id, rate_source=d.rate_source)
+                                  hardware_id=d.hardware_id, rate_source=d.rate_source,
+                                  run_steps=(d.run or {}).get("steps"))
         hb.state = {**hb.state, "rows": rows, "done": hb.state["total"]}
     return rows
 

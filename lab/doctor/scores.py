@@ -14,8 +14,10 @@ Over verified rows (:func:`lab.doctor.compare`), grouped into cases (one model e
   noise, :func:`lab.doctor.top1_hit`), **regret** ``1 - measured(pick) / max(1, max measured)`` (mean and
   worst over cases: what a user who tries only the pick leaves; keeping the baseline is always an option),
   how often the pick measured **slower than the baseline** (at all, and beyond the A/A noise), how often
-  nothing was prescribed, and the **Spearman** rank correlation between predicted and measured speedups
-  (mean over cases with >= 3 rows);
+  nothing was prescribed, each **over the run the pick was prescribed for**
+  (:func:`lab.doctor.verification.over_the_run`: an arm's measured one-off, compile's first step, charged over
+  that run as the doctor charged its predicted one; ``top1_per_step`` keeps the per-step figure beside it), and
+  the **Spearman** rank correlation between predicted and measured speedups (mean over cases with >= 3 rows);
 - the **A/A noise**: ``|A/A - 1|`` of each case's verification (median, worst), the floor under every figure.
 
 Pure functions over plain dicts (tests feed synthetic predicted / measured pairs).
@@ -27,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from lab.doctor.verification import picked, slower, top1_hit
+from lab.doctor.verification import over_the_run, picked, slower, top1_hit
 from lab.measure import median
 
 Row = Mapping[str, Any]
@@ -127,12 +129,14 @@ def scorecard(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     errs = [r["error"] for r in rows if r.get("error") is not None]
     cov = [x for r in rows if (x := covered(r)) is not None]
     cov_aa = [x for r in rows if (x := covered_at_aa(r)) is not None]
-    hits = [h for c in cases if (h := top1_hit(c["rows"])) is not None]
-    regrets = [g for c in cases if (g := regret(c["rows"])) is not None]
+    runs = [over_the_run(c["rows"]) for c in cases]  # the pick scored over the run it was prescribed for
+    hits = [h for rs in runs if (h := top1_hit(rs)) is not None]
+    step_hits = [h for c in cases if (h := top1_hit(c["rows"])) is not None]
+    regrets = [g for rs in runs if (g := regret(rs)) is not None]
     rhos = [s for c in cases if (s := case_spearman(c["rows"])) is not None]
     zero = sum(1 for r in rows if zero_width(r))
-    slow = [x for c in cases if (x := slower(c["rows"])) is not None]
-    slow_noise = [x for c in cases if (x := slower(c["rows"], beyond_noise=True)) is not None]
+    slow = [x for rs in runs if (x := slower(rs)) is not None]
+    slow_noise = [x for rs in runs if (x := slower(rs, beyond_noise=True)) is not None]
     none = sum(1 for c in cases if _measured(c["rows"]) and picked(c["rows"]) is None)
     aa = [abs(a - 1) for c in cases if (a := next((r.get("aa_measured") for r in c["rows"]
                                                    if r.get("aa_measured")), None))]
@@ -151,6 +155,8 @@ def scorecard(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "slower": sum(slow), "slower_rate": sum(slow) / len(slow) if slow else None,
             "slower_beyond_noise": sum(slow_noise),
             "top1": sum(hits) / len(hits) if hits else None,
+            "top1_per_step": sum(step_hits) / len(step_hits) if step_hits else None,
+            "charged_one_off": sum(1 for rs in runs for r in rs if "measured_per_step" in r),
             "regret_mean": sum(regrets) / len(regrets) if regrets else None,
             "regret_worst": max(regrets) if regrets else None,
             "spearman_mean": sum(rhos) / len(rhos) if rhos else None, "aa_noise": _spread(aa), "per_technique": per}
@@ -175,6 +181,9 @@ def format_scorecard(card: Mapping[str, Any], title: str = "") -> str:
         lines.append(f"  top-1 {card['top1_hits']} of {card['top1_n']} ({_p(card['top1'])}); regret mean "
                      f"{_p(card['regret_mean'])}, worst {_p(card['regret_worst'])}; Spearman "
                      + ("n/a" if rho is None else f"{rho:+.2f}"))
+        if card.get("charged_one_off"):
+            lines.append(f"  scored over the run the pick is for ({card['charged_one_off']} rows charged their "
+                         f"measured one-off); per step, one-offs not charged: top-1 {_p(card['top1_per_step'])}")
         if "slower" in card:
             lines.append(f"  pick slower than the baseline: {card['slower']} of {card['top1_n']} "
                          f"({card['slower_beyond_noise']} beyond the A/A noise); nothing prescribed: "

@@ -55,6 +55,8 @@ class StoredDiagnosis:
     skipped: dict[str, str] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     config: dict[str, Any] | None = None
+    #: the run its ranking is for (``{"steps", "step_ms", "what"}``; None for one stored before it was kept)
+    run: dict[str, Any] | None = None
 
     def top(self, axis: str = "train_step") -> Prediction | None:
         """The prescribed pick on ``axis`` (None: nothing pays beyond noise), as ``Diagnosis.top``."""
@@ -102,7 +104,7 @@ def _stored(row: tuple) -> StoredDiagnosis:
                            predictions=[_prediction(p) for p in data.get("predictions") or []], id=int(did),
                            train=data.get("train"), inference=data.get("inference"),
                            skipped=dict(data.get("skipped") or {}), advice=list(data.get("advice") or []),
-                           config=data.get("config"))
+                           config=data.get("config"), run=data.get("run"))
 
 
 _FIELDS = "id, workload, size, hardware_id, threads, created, diagnosis_json"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from lab.config import RunConfig
 from lab.memory.optim import LOW_BIT
 from lab.result import RunResult
-from lab.technique import NotPortable, Portable, not_written_out
+from lab.technique import NotPortable, Portable, refuse_accumulation
 
 FIND_BLOCKS = '''def find_blocks(model):
     """The model's blocks: the layers Hugging Face marks as checkpointable, else the outermost members with
@@ -129,9 +129,7 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     mc = cfg.memory
     if not mc.enabled:
         return None
-    if mc.micro_batches > 1:
-        raise not_written_out(f"memory.micro_batches={mc.micro_batches}",
-                              "gradient accumulation that keeps the batch")
+    refuse_accumulation("memory.micro_batches", mc.micro_batches, "that keeps the batch")
     if mc.shard != "none" and mc.optimizer_state != "fp32":
         raise NotPortable(f"memory.shard={mc.shard!r} with memory.optimizer_state={mc.optimizer_state!r}: torchrun's "
                           "ranks would share one on-disk Inductor cache, from which a rank read a graph compiled "

@@ -344,6 +344,31 @@ def test_compare_and_top1_read_the_ablation_table():
     assert not top1_hit(rows)
 
 
+def test_a_pick_is_scored_over_the_run_it_was_prescribed_for_with_the_measured_compile_charged():
+    """Per step, compile (1.3x) beats bf16 (1.1x); over the 40-step run of 10 ms steps the doctor ranked for,
+    compile's measured 20 s compile leaves it at ~0.02x, so bf16 is the best and the pick is a hit. A row
+    stored without a run length or a measured one-off keeps its per-step figure."""
+    from lab.doctor import Prediction, over_the_run, scorecard
+
+    preds = [Prediction("bf16", "train_step", 1.1, 1.0, 1.2, "", prescribed=True),
+             Prediction("compile", "train_step", 1.3, 0.9, 1.6, "", prescribed=False)]
+    table = pd.DataFrame([
+        {"arm": "baseline", "step_speedup": 1.0, "step_speedup_lo": 1.0, "step_speedup_hi": 1.0, "status": "ok"},
+        {"arm": "bf16", "step_speedup": 1.1, "step_speedup_lo": 1.08, "step_speedup_hi": 1.12, "status": "ok"},
+        {"arm": "compile", "step_speedup": 1.3, "step_speedup_lo": 1.28, "step_speedup_hi": 1.32, "status": "ok"}])
+    rows = compare(preds, table, step_ms={"baseline": 10.0}, one_off_s={"baseline": 0.5, "bf16": 0.5,
+                                                                         "compile": 20.5}, run_steps=40)
+    assert [r["measured_one_off_s"] for r in rows] == [0.0, 20.0]  # beyond the baseline's own one-off
+    assert not top1_hit(rows)  # per step compile wins
+    run = over_the_run(rows)
+    assert run[1]["measured"] == pytest.approx(0.4 / (0.4 / 1.3 + 20.0)) and run[1]["measured_per_step"] == 1.3
+    assert run[0]["measured"] == pytest.approx(1.1) and top1_hit(run)
+    card = scorecard([{"rows": rows}])
+    assert card["top1"] == 1.0 and card["top1_per_step"] == 0.0 and card["charged_one_off"] == 2
+    old = [{k: v for k, v in r.items() if k != "measured_one_off_s"} for r in rows]  # stored before it was kept
+    assert over_the_run(old) == old and scorecard([{"rows": old}])["top1"] == 0.0
+
+
 # ------------------------------------------------------------------------------------- planted, for real
 
 def _tiny_ops_model(spec: SizeSpec) -> nn.Module:

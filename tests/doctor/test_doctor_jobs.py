@@ -65,6 +65,8 @@ def test_a_diagnosis_job_says_each_stage_stores_its_diagnosis_and_verifies_it(to
         vrow = jobs.job(store, vkey)
         assert vrow["status"] == "done" and vrow["state"]["rows"] == rows
         assert [r["technique"] for r in rows] == [d.predictions[0].technique] and rows[0]["measured"] > 0
+        # what the pick is scored over: the stored run length and the arm's measured one-off beyond the baseline's
+        assert rows[0]["run_steps"] == d.run["steps"] and rows[0]["measured_one_off_s"] >= 0
         assert doctor_jobs.progress(vrow)[1].startswith("verifying: run 3/3: A/A (the baseline again")
     # the tables: named columns, ratios at their interval's precision, no snake_case headers
     table = diagnosis_table(d.predictions)
