@@ -29,18 +29,37 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "capability: the expectation depends on the CPU (rerun by make test-avx2)")
 
 
+#: ``make test-avx2`` collects only the test files naming one of these (the Makefile's CAPABILITY_WORDS).
+CAPABILITY_WORDS = ("capability", *CAPABILITY_MARKERS, "cpu_caps")
+
+
+def _names_a_capability_word(path, seen: dict) -> bool:
+    """Whether the Makefile's ``grep -rlE CAPABILITY_WORDS tests --include='test_*.py'`` selects ``path``."""
+    if path not in seen:
+        text = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
+        seen[path] = path.name.startswith("test_") and any(w in text for w in CAPABILITY_WORDS)
+    return seen[path]
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     caps = cpu_capabilities()
+    seen: dict = {}
+    unseen = set()
     for item in items:
         marks = [m for name in CAPABILITY_MARKERS for m in item.iter_markers(name)]
         if marks or "cpu_caps" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.capability)
+        if item.get_closest_marker("capability") and not _names_a_capability_word(item.path, seen):
+            unseen.add(str(item.path))
         for mark in marks:
             want = mark.args[0] if mark.args else True
             have = getattr(caps, mark.name)
             if have != want:
                 why = caps.missing(_NEEDS[mark.name]) if want else f"this CPU's kernels have {mark.name}"
                 item.add_marker(pytest.mark.skip(reason=f"needs {'' if want else 'no '}{mark.name}: {why}"))
+    if unseen:
+        raise pytest.UsageError(f"capability tests in {sorted(unseen)}, files that `make test-avx2` does not collect: "
+                                f"name one of {CAPABILITY_WORDS} in the file (a marker, or a comment saying why)")
 
 
 @pytest.fixture(scope="session")

@@ -22,13 +22,21 @@ def _mlp() -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]], torch.Te
     return model, loader, torch.randn(64, 64, generator=g)
 
 
-def _pt2e(method: str, compact: bool, monkeypatch) -> tuple[nn.Module, dict, nn.Module]:
-    model, loader, _ = _mlp()
-    with monkeypatch.context() as m:
-        if not compact:
-            m.setattr(P, "compact_int8_graph", lambda gm: {})
-        q, info = Q.quantize_with_report(model, QuantConfig(method=method, calibration_batches=4), loader)
-    return q, info, model
+_BUILT: dict[tuple[str, bool], tuple[nn.Module, dict, nn.Module]] = {}
+
+
+def _pt2e(method: str, compact: bool) -> tuple[nn.Module, dict, nn.Module]:
+    """The PT2E int8 model of :func:`_mlp`'s model, compacted or as ``convert_pt2e`` left it, its report and the
+    float model. Built once per module: the static storage test and the compiled-outputs test read the same two
+    builds (each build compiles at batch 1, ~1-2 s), and neither changes them (the graphs are only called)."""
+    if (method, compact) not in _BUILT:
+        model, loader, _ = _mlp()
+        with pytest.MonkeyPatch.context() as m:
+            if not compact:
+                m.setattr(P, "compact_int8_graph", lambda gm: {})
+            q, info = Q.quantize_with_report(model, QuantConfig(method=method, calibration_batches=4), loader)
+        _BUILT[method, compact] = (q, info, model)
+    return _BUILT[method, compact]
 
 
 def _check_roles(part: dict) -> None:
@@ -37,9 +45,9 @@ def _check_roles(part: dict) -> None:
 
 @pytest.mark.capability
 @pytest.mark.parametrize("method", ["static", "dynamic"])
-def test_pt2e_stores_no_unread_fp32_weights_with_outputs_unchanged(monkeypatch, method):
-    before, _, model = _pt2e(method, False, monkeypatch)
-    after, info, _ = _pt2e(method, True, monkeypatch)
+def test_pt2e_stores_no_unread_fp32_weights_with_outputs_unchanged(method):
+    before, _, model = _pt2e(method, False)
+    after, info, _ = _pt2e(method, True)
     x = _mlp()[2]
     g_before, g_after = Q.converted_graph(before), Q.converted_graph(after)
     with torch.no_grad():
@@ -69,9 +77,9 @@ def test_pt2e_stores_no_unread_fp32_weights_with_outputs_unchanged(monkeypatch, 
 
 @pytest.mark.capability
 @pytest.mark.slow
-def test_compiled_compacted_int8_gives_the_same_outputs(monkeypatch):
-    before, _, _ = _pt2e("static", False, monkeypatch)
-    after, _, _ = _pt2e("static", True, monkeypatch)
+def test_compiled_compacted_int8_gives_the_same_outputs():
+    before, _, _ = _pt2e("static", False)
+    after, _, _ = _pt2e("static", True)
     x = _mlp()[2]
     assert torch.equal(before(x), after(x))  # Inductor fuses the same int8 kernels either way
 
