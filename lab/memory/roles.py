@@ -116,6 +116,7 @@ class CountingStep:
                 if peak is not None and self._optimizer is not None:  # the measured step's end
                     peak.__exit__(None, None, None)
                     self.record["step_peak_bytes"] = peak.bytes
+                    self.record["step_peak_at_rest_bytes"] = peak.at_rest  # the rest is the step's high water
                     self.record["step_peak_note"] = ("step 2: parameters + optimizer state at rest + the step's "
                                                      "allocation high water (lab.measure.memory.StepPeak)")
                     self._optimizer = None  # measured once
