@@ -4,10 +4,11 @@ and which configurations are on the Pareto front (no other one holds less memory
 Why its own rows and not the ablation table's ``peak_memory_mb``: on CPU that column is the process RSS, ~0.3 GB of
 Python and torch runtime that no memory lever moves, so a lever that halves the step's own bytes reads as a few
 per cent there. The trade reads each run's peak by the measure the budget search uses
-(:func:`lab.ablation.memory_budget.run_peak_mb`): ``step`` (a budget search's CPU default: the step's real
-peak, which its tries measure; an ablation's runs do not, the profiler is slow), ``roles`` (parameters +
-gradients + optimizer state + saved activations, ``details["memory"]``, the ablation's CPU default wherever every
-run counted them), ``cuda`` (the allocator's
+(:func:`lab.ablation.memory_budget.run_peak_mb`): ``step`` (the step's real peak, ``step_peak_bytes``: a budget
+search's tries measure it, and so do the runs of a memory ablation and of ``lab project``, on a warm-up step:
+:func:`lab.ablation.runner.run_ablation`'s ``step_peak``), ``roles`` (parameters + gradients + optimizer state +
+saved activations, ``details["memory"]``: the fallback for runs stored before they measured their step, said in
+``measure_note``), ``cuda`` (the allocator's
 peak) or ``rss``. Two sources, one row shape:
 
 - :func:`from_ablation`: an ablation's stored runs. The peak ratio is median(arm) / median(baseline) over the
@@ -104,8 +105,11 @@ def from_ablation(runs_by_arm: Mapping[str, Sequence[RunResult]], *, baseline: s
     base_ok = [r for r in runs_by_arm.get(baseline, []) if r.status == "ok"]
     if not base_ok:
         raise ValueError(f"no finished {baseline!r} run: nothing to hold the memory trade against")
+    note = None
     if measure == "auto":
-        measure = pick_measure([r for rs in runs_by_arm.values() for r in rs])
+        every = [r for rs in runs_by_arm.values() for r in rs]
+        measure = pick_measure(every)
+        note = fallback_note(every, measure)
     base_peaks = [p for r in base_ok if (p := run_peak_mb(r, measure)) is not None]
     base_steps = [x for r in base_ok for x in r.measured_ms()]
     rows = []
@@ -125,7 +129,21 @@ def from_ablation(runs_by_arm: Mapping[str, Sequence[RunResult]], *, baseline: s
                      "peak_ratio": pr, "peak_lo": plo, "peak_hi": phi,
                      "step_ms": median(steps) if steps else math.nan, "time_ratio": tr, "time_lo": tlo,
                      "time_hi": thi, "runs": len(ok), "chosen": False, "accuracy": said.get(arm, "")})
-    return _finish(rows, measure, median(base_peaks) if base_peaks else math.nan, budget_mb, "ablation")
+    trade = _finish(rows, measure, median(base_peaks) if base_peaks else math.nan, budget_mb, "ablation")
+    if note:
+        trade["measure_note"] = note
+    return trade
+
+
+def fallback_note(results: Sequence[RunResult], measure: str) -> str | None:
+    """Why the trade reads ``roles`` (or ``rss``) and not the step's real peak, when it does on CPU: how many runs
+    did not measure it (stored before runs recorded it, or fewer than 2 warm-up steps to measure it on)."""
+    ok = [r for r in results if r.status == "ok"]
+    if measure not in ("roles", "rss") or not ok:
+        return None
+    without = sum((r.details.get("memory") or {}).get("step_peak_bytes") is None for r in ok)
+    return (f"{without} of {len(ok)} runs did not measure their step's real peak (stored before runs recorded it, "
+            f"or fewer than 2 warm-up steps): read by {measure} instead")
 
 
 def from_budget(found: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,6 +208,8 @@ def format_memory(trade: Mapping[str, Any], projected: Mapping[str, Mapping[str,
     an arm that fits is the fastest of those that do, and when none does the smallest peak reached is named."""
     rows = [r for r in trade["rows"] if r["kind"] != "aa" and _finite(r.get("peak_mb"))]
     lines = [f"peak memory per arm ({trade['measure']}: {trade['measure_label']}):"]
+    if trade.get("measure_note"):
+        lines.append(f"  ({trade['measure_note']})")
     for r in rows:
         if r["kind"] == "baseline":
             lines.append(f"  {r['name']} {r['peak_mb']:.4g} MB")
@@ -246,5 +266,5 @@ def pareto_front(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return [str(r["name"]) for r in sorted(front, key=lambda r: (r["time_ratio"], r["peak_ratio"]))]
 
 
-__all__ = ["MEASURE_LABELS", "carries_memory", "format_memory", "from_ablation", "from_budget", "pareto_front",
-           "pick_measure", "stored_budget_searches"]
+__all__ = ["MEASURE_LABELS", "carries_memory", "fallback_note", "format_memory", "from_ablation", "from_budget",
+           "pareto_front", "pick_measure", "stored_budget_searches"]

@@ -21,6 +21,7 @@ from lab.ablation.summary import AA_ARM, AXES, summarize
 from lab.config import RunConfig, load_workload
 from lab.loop import raise_if_interrupted
 from lab.measure import contention, environment_stamp
+from lab.memory.roles import step_peak_where_free
 from lab.result import RunResult, new_run_id, utc_now_iso
 from lab.store import ResultStore, config_hash
 from lab.train import run
@@ -176,6 +177,13 @@ class _Settling:
         return bool(busy) and result.status == "ok" and attempt < self.REDO and self.on
 
 
+def _turns_memory_on(configs: Sequence[RunConfig]) -> bool:
+    """Whether a config turns a memory lever on (its ``memory`` family differs from the defaults)."""
+    from lab.config.memory import MemoryConfig
+
+    return any(cfg.memory != MemoryConfig() for cfg in configs)
+
+
 def _measured_quietly(run_fn: RunFn, cfg: RunConfig, inner: ProgressFn, waits: _Settling) -> RunResult:
     """One run of the ablation, measured again while a burst spoiled it (:class:`_Settling`); an arm that fails
     or is refused before any work is an error row, not a crash."""
@@ -200,7 +208,7 @@ def _measured_quietly(run_fn: RunFn, cfg: RunConfig, inner: ProgressFn, waits: _
 def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0,),
                  store: ResultStore | None = None, progress: ProgressFn | None = None,
                  run_fn: RunFn | None = None, job_token: str | None = None, budget_pt: float = 1.0,
-                 estimate: dict[str, Any] | None = None) -> pd.DataFrame:
+                 estimate: dict[str, Any] | None = None, step_peak: bool | None = None) -> pd.DataFrame:
     """Run every (arm, repeat, seed) interleaved, store each as it finishes, skip those already in
     ``store``, and return :func:`summarize`'s table. A failing arm becomes an error row; the rest run.
 
@@ -216,13 +224,19 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
     the default time-to-target target (:func:`lab.ablation.target.default_target`). ``estimate``: the
     :func:`estimate_ablation` said before it started; the job's spec keeps it (``spec["estimate"]``) and its
     state shows ``estimate_s``. The returned table's ``attrs`` hold ``skipped`` (arms the recipe left out,
-    with the reason) and ``estimate``."""
+    with the reason) and ``estimate``.
+
+    ``step_peak``: each run also measures its step's real peak (``details["memory"]["step_peak_bytes"]``,
+    :func:`lab.memory.roles.step_peak_where_free`: on its second step, when that is a warm-up step, so no reported
+    figure pays the profiler); ``None``: when an arm turns a memory lever on (the memory trade reads it)."""
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} is invalid: allowed: an int >= 1")
     if not seeds:
         raise ValueError("seeds=() is invalid: allowed: one or more ints")
     run_fn = run if run_fn is None else run_fn
     plan = ablation.schedule(repeats, list(seeds))
+    if step_peak is None:
+        step_peak = _turns_memory_on([cfg for _, _, _, cfg in plan])
     runs: dict[str, list[RunResult]] = {arm: [] for arm in ablation.arms}
     spec = {**to_spec(ablation, repeats, seeds), **({"estimate": estimate} if estimate else {})}
     held = jobs.holding(store, ablation.key, job_token, spec=spec) if store is not None else contextlib.nullcontext()
@@ -242,7 +256,8 @@ def run_ablation(ablation: Ablation, repeats: int = 3, seeds: Sequence[int] = (0
                     track.step(ev)
                     if progress:
                         progress({"phase": "run", "arm": a, "event": ev})
-                done = _measured_quietly(run_fn, cfg, inner, waits)
+                with step_peak_where_free(cfg, step_peak):
+                    done = _measured_quietly(run_fn, cfg, inner, waits)
                 if store is not None:
                     store.add(done, label=label)
             runs[arm].append(done)

@@ -1,9 +1,10 @@
 """``python -m lab project``: a full run of ``--epochs E`` over ``--rows N`` projected per arm from short measured
 runs (:mod:`lab.ablation.project`), said the seeds' way ("baseline 24.0 h -> bf16+prefetch 16.3 h [15.1, 17.4],
 accuracy -0.2 pt [-0.4, +0.0]"), with each arm's measured peak memory and step-time cost
-(:func:`lab.ablation.memory_trade.format_memory`); ``--memory-budget MB`` adds the seeds' sentence read from those
-runs ("250 MB: does not fit (baseline 310 MB) -> fits at 241 MB with accum2, 1.26x the time per step ...") and
-the largest batch that fits (:mod:`lab.ablation.memory_fit`).
+(:func:`lab.ablation.memory_trade.format_memory`: each run's step's real peak, ``step_peak_bytes``, measured on a
+warm-up step; the roles' sum, said so, for runs stored before it was); ``--memory-budget MB`` adds the seeds'
+sentence read from those runs ("250 MB: does not fit (baseline 310 MB) -> fits at 241 MB with accum2, 1.26x the
+time per step ...") and the largest batch that fits (:mod:`lab.ablation.memory_fit`).
 
 The measured runs take the config's own flags (``ablate``'s defaults); ``--epochs`` here is the projected run's,
 ``--measure-epochs`` the measured one's (default: the size's). Without ``--techniques`` / ``--recipe`` only the
@@ -78,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             with tqdm(total=len(ablation.arms) * args.repeats * len(seeds), unit="run", file=sys.stderr) as bar:
                 table = run_ablation(ablation, repeats=args.repeats, seeds=seeds, store=store, budget_pt=args.budget_pt,
+                                     step_peak=True,
                                      progress=lambda e: bar.update(1) if e["phase"] == "ablation" else None)
             runs = load_ablation(ablation, store, repeats=args.repeats, seeds=seeds)
     projected = project_arms(runs, epochs=epochs, rows=args.rows, test_rows=args.test_rows)
@@ -104,12 +106,14 @@ def main(args: argparse.Namespace) -> int:
 
 def _baseline_runs(cfg, repeats: int, seeds: list[int], store):  # noqa: ANN001, ANN202 - a RunConfig, a store
     """The baseline alone, ``repeats`` runs per seed, stored under ``project:`` labels."""
+    from lab.memory.roles import step_peak_where_free
     from lab.train import run
 
     out = []
     for s in seeds:
         for rep in range(repeats):
-            r = run(cfg.with_overrides(seed=s), on_error="record")
+            with step_peak_where_free(cfg):  # the memory line's peak: the step's real one (on a warm-up step)
+                r = run(cfg.with_overrides(seed=s), on_error="record")
             store.add(r, label=f"project:{cfg.workload}/{cfg.size}:baseline:r{rep}")
             if r.status != "ok":
                 raise UsageError(f"the measured baseline failed: {r.error}")

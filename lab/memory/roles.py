@@ -16,6 +16,8 @@ step's real peak (:class:`lab.measure.memory.StepPeak`: parameters + optimizer s
 allocation high water, from its first forward to its optimizer step) into ``step_peak_bytes``: what must fit,
 where the roles are what the step keeps. Only when asked: the profiler's memory events slow that step several
 times over. The second step because the first creates the optimizer state (and compiles a low-bit update).
+An ablation asks for it where it is free of every figure it reports (:func:`step_peak_where_free`: the second step
+is one of the run's warm-up steps, which no step-time statistic reads), so its memory line reads what must fit.
 """
 
 from __future__ import annotations
@@ -49,6 +51,18 @@ def counting_step_peak() -> Iterator[None]:
             os.environ.pop(STEP_PEAK_ENV, None)
         else:
             os.environ[STEP_PEAK_ENV] = before
+
+
+def step_peak_is_free(cfg: Any) -> bool:
+    """Whether measuring ``cfg``'s second step (the profiler slows it several times over) leaves every step-time
+    figure alone: it is a warm-up step (``warmup_steps >= 2``), which no statistic reads."""
+    return int(getattr(cfg, "warmup_steps", 0) or 0) >= 2
+
+
+def step_peak_where_free(cfg: Any, wanted: bool = True) -> contextlib.AbstractContextManager:
+    """:func:`counting_step_peak` for a run of ``cfg`` when ``wanted`` and :func:`step_peak_is_free`, else nothing
+    (the run records the roles alone, and a reader falls back to them, saying so)."""
+    return counting_step_peak() if wanted and step_peak_is_free(cfg) else contextlib.nullcontext()
 
 
 class CountingStep:
@@ -102,6 +116,7 @@ class CountingStep:
                 if peak is not None and self._optimizer is not None:  # the measured step's end
                     peak.__exit__(None, None, None)
                     self.record["step_peak_bytes"] = peak.bytes
+                    self.record["step_peak_at_rest_bytes"] = peak.at_rest  # the rest is the step's high water
                     self.record["step_peak_note"] = ("step 2: parameters + optimizer state at rest + the step's "
                                                      "allocation high water (lab.measure.memory.StepPeak)")
                     self._optimizer = None  # measured once
@@ -120,4 +135,4 @@ class CountingStep:
         self._saved = None
 
 
-__all__ = ["STEP_PEAK_ENV", "CountingStep", "counting_step_peak"]
+__all__ = ["STEP_PEAK_ENV", "CountingStep", "counting_step_peak", "step_peak_is_free", "step_peak_where_free"]

@@ -5,6 +5,7 @@ Pareto front's membership, the budget line, and a budget search's tries read bac
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -19,6 +20,7 @@ from lab.ablation.memory_trade import (
     stored_budget_searches,
 )
 from lab.config import RunConfig
+from lab.memory.roles import STEP_PEAK_ENV
 
 MIB = 2**20
 
@@ -172,7 +174,10 @@ def test_lab_ablate_prints_the_memory_lines_for_memory_arms_only(tmp_path):
     from lab.cli.ablate import _memory_lines
     from lab.recipes import from_techniques
 
+    asked: list[str | None] = []
+
     def planted(cfg: RunConfig, **kw: object) -> RunResult:  # no training: the planted arm's figures, its config
+        asked.append(os.environ.get(STEP_PEAK_ENV))  # whether this run was asked to measure its step's peak
         arm = "accum2" if cfg.memory.micro_batches == 2 else "baseline"
         roles, ms, _ = PLANTED[arm]
         r = _run(roles, ms, seed=cfg.seed, arm=f"{arm}{planted.n}")
@@ -185,7 +190,34 @@ def test_lab_ablate_prints_the_memory_lines_for_memory_arms_only(tmp_path):
     with ResultStore(tmp_path / "r.sqlite") as store:
         mem = from_techniques("m", base, [["accum2"]])
         run_ablation(mem, repeats=3, store=store, run_fn=planted)
+        # a memory ablation asks every run for its step's real peak (on its second step, a warm-up step) ...
+        assert asked == ["1"] * 9 and os.environ.get(STEP_PEAK_ENV) is None
         said = _memory_lines(mem, store, 3, [0]).splitlines()
-        assert said[1] == "  baseline 100 MB" and len(said) == 3
-        assert said[2].startswith("  accum2 70 MB (0.70x the baseline's), 1.10x the time per step [")
+        # ... and runs that did not record one (these planted ones, or runs stored before) are read by role, said so
+        assert said[0].startswith("peak memory per arm (roles: ")
+        assert said[1] == "  (9 of 9 runs did not measure their step's real peak (stored before runs recorded it, " \
+                          "or fewer than 2 warm-up steps): read by roles instead)"
+        assert said[2] == "  baseline 100 MB" and len(said) == 4
+        assert said[3].startswith("  accum2 70 MB (0.70x the baseline's), 1.10x the time per step [")
         assert _memory_lines(from_techniques("p", base, [["fused_optim"]]), store, 3, [0]) is None
+        asked.clear()  # no memory lever, or no second warm-up step to measure on: no profiler in any run
+        run_ablation(from_techniques("p", base, [["fused_optim"]]), repeats=1, run_fn=planted)
+        run_ablation(from_techniques("w", base.with_overrides(warmup_steps=1), [["accum2"]]), repeats=1, run_fn=planted)
+        assert asked == [None] * 6
+
+
+def test_the_trade_reads_the_steps_real_peak_where_every_run_measured_it():
+    """The seeds' sentence from ``step_peak_bytes`` (above the roles' sum: transients no role holds), no note."""
+    from lab.ablation.memory_trade import format_memory
+
+    runs = _runs(3)
+    for rs in runs.values():
+        for r in rs:
+            rec = r.details["memory"]
+            rec["step_peak_bytes"] = int(1.2 * sum(rec.values()))
+    trade = from_ablation(runs, budget_mb=60)
+    assert trade["measure"] == "step" and "measure_note" not in trade
+    text = format_memory(trade).splitlines()
+    assert text[0].startswith("peak memory per arm (step: ") and text[1] == "  baseline 120 MB"
+    assert text[-1].startswith("60 MB: does not fit (baseline 120 MB); no measured arm fits either: the smallest "
+                               "peak is 66 MB (checkpoint_blocks)")

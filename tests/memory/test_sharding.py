@@ -1,6 +1,7 @@
 """FSDP2 sharding (memory.shard="fsdp2"), verified by its effects against DDP on the same two gloo ranks: the same
 losses step for step and the same trained model (gathered back), with about half the parameter, gradient and
-optimizer-state bytes per rank; refused at world size 1 (and with what cannot run sharded) before any work.
+optimizer-state bytes per rank, and a lower step peak on every rank (the ``step`` measure); refused at world size
+1 (and with what cannot run sharded) before any work.
 
 One launch (two ranks, ~10 s): each rank joins the group once and runs the DDP and the FSDP2 run in it, then the
 recipe's DDP and FSDP2 files (``python -m lab recipe``), so the comparisons cost one spawn, not four."""
@@ -66,19 +67,23 @@ def both_runs_worker(cfg_dict: dict, files: dict[str, str]) -> dict | None:
     returns what they recorded."""
     from lab import run
     from lab.distributed import init_from_env
+    from lab.memory.roles import counting_step_peak
 
     info = init_from_env(timeout_s=60)
     out: dict = {}
+    peaks: dict = {}
     for shard in ("none", "fsdp2"):
         cfg = RunConfig.from_dict(cfg_dict).with_overrides(**{"memory.shard": shard})
-        result = run(cfg)  # the group exists: the run joins it and leaves it standing
+        with counting_step_peak():  # each rank's second step's real peak, as a budget search's FSDP2 try asks
+            result = run(cfg)  # the group exists: the run joins it and leaves it standing
+        peaks[shard] = {k: v for k, v in (result.details.get("memory") or {}).items() if k.endswith("_bytes")}
         if info.rank == 0:
             assert result.status == "ok", result.error
             out[shard] = {"losses": result.losses, "metric": result.metric, "memory": result.details["memory"],
                           "ddp": result.details["distributed"]}
     for shard, path in files.items():
         out[f"file_{shard}"] = train_file(path, RunConfig.from_dict(cfg_dict))
-    return out if info.rank == 0 else None
+    return {**out, "step_peaks": peaks} if info.rank == 0 else {"step_peaks": peaks}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +96,8 @@ def runs(tmp_path_factory) -> dict:
     for shard in ("none", "fsdp2"):
         files[shard] = str(folder / f"recipe_{shard}.py")
         Path(files[shard]).write_text(build(BASE.with_overrides(**{"memory.shard": shard})).text)
-    return spawn(both_runs_worker, 2, (BASE.to_dict(), files), timeout_s=240, threads_per_rank=1)[0]
+    ranks = spawn(both_runs_worker, 2, (BASE.to_dict(), files), timeout_s=240, threads_per_rank=1)
+    return {**ranks[0], "step_peaks": [r["step_peaks"] for r in ranks]}
 
 
 def test_fsdp2_trains_what_ddp_trains_with_half_the_bytes_per_rank(runs):
@@ -110,6 +116,18 @@ def test_fsdp2_trains_what_ddp_trains_with_half_the_bytes_per_rank(runs):
     # the all-gathered full parameters a block runs with are parameters, not saved activations
     saved = mem["saved_activations_bytes"] / ddp["memory"]["saved_activations_bytes"]
     assert 0.95 < saved < 1.05, saved
+
+
+def test_each_rank_measures_its_steps_real_peak_lower_sharded_than_replicated(runs):
+    """The ``step`` measure (lab.measure.memory.StepPeak, what ``--memory-budget`` holds an FSDP2 try to) is taken
+    on every rank: the parameters and optimizer state at rest are the rank's shards (half DDP's), and the step's peak
+    is lower sharded than replicated (a block's full parameters exist only while it runs)."""
+    for rank, peaks in enumerate(runs["step_peaks"]):
+        ddp, fsdp = peaks["none"], peaks["fsdp2"]
+        assert ddp["step_peak_at_rest_bytes"] == ddp["params_bytes"] + ddp["optimizer_state_bytes"], rank
+        assert fsdp["step_peak_at_rest_bytes"] == fsdp["params_bytes"] + fsdp["optimizer_state_bytes"], rank
+        assert 0.45 < fsdp["step_peak_at_rest_bytes"] / ddp["step_peak_at_rest_bytes"] < 0.55, (rank, peaks)
+        assert fsdp["step_peak_at_rest_bytes"] < fsdp["step_peak_bytes"] < ddp["step_peak_bytes"], (rank, peaks)
 
 
 def test_the_recipe_file_shards_with_fsdp2_and_trains_what_its_ddp_file_trains(runs):
