@@ -27,7 +27,7 @@ or ``zoo_models.py``:
   data-dependent ``if x.max() > 1: x = x / 255`` on its raw 0-255 pixels.
 
 Each ``tiny`` step takes roughly 5-60 ms on one CPU thread (measurable by the doctor); data are generated from a
-seed, never downloaded, and each task's loss falls within a few dozen steps. ``tests/e2e/test_gallery_fresh.py``
+seed, never downloaded, and each task's loss falls within a few dozen steps. ``tests/e2e/test_heldout_sets.py``
 checks each builds and trains through the lab.
 """
 

@@ -1,0 +1,82 @@
+"""The doctor's held-out sets of models as people paste them, ``fresh`` (tests/gallery_fresh.py) and ``third``
+(tests/gallery_third.py), are real workloads: each model builds, trains a few steps through ``lab.run`` by name
+with a finite loss and is evaluated, and each carries the pattern it is in its set for, so a doctor score on
+them is a score on working models of those patterns. Cheap by design (a few steps each; each set's learning was
+checked when it was built, 48 tiny steps each). No timing assertions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from gallery_fresh import FRESH, KeywordSpotter, NextItem, register_fresh
+from gallery_third import THIRD, ClickModel, NodeClassifier, TemporalBlock, VIBClassifier, register_third
+
+from lab import RunConfig, run
+
+#: set name -> (its models, a model whose data are checked to repeat)
+SETS = {"fresh": (FRESH, "fresh_tabular"), "third": (THIRD, "third_dlrm")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def heldout_workloads():
+    return register_fresh(), register_third()
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_each_set_has_seven_models_none_shared_with_the_sets_before_it(name: str) -> None:
+    from gallery import GALLERY
+    from gallery_pasted import PASTED
+    from gallery_unseen import UNSEEN
+
+    models, _ = SETS[name]
+    before = [GALLERY, UNSEEN, PASTED, *([FRESH] if name == "third" else [])]
+    assert len(models) == 7 and all(n.startswith(f"{name}_") for n in models)
+    mine = {type(w.make_model(w.size("tiny"))).__name__ for w in models.values()}
+    others = {type(w.make_model(w.size("tiny"))).__name__ for s in before for w in s.values()}
+    assert len(mine) == 7 and not mine & others, mine & others
+
+
+@pytest.mark.parametrize("name", sorted([*FRESH, *THIRD]))
+def test_each_model_trains_a_few_steps_through_the_lab(name: str) -> None:
+    r = run(RunConfig(workload=name, size="tiny", threads=1, max_steps=2, warmup_steps=1, latency_repeats=0))
+    assert r.status == "ok" and r.error is None, (name, r.error)
+    assert r.workload == name and r.param_count > 0 and r.steps == 2
+    assert len(r.losses) == 2 and all(math.isfinite(x) for x in r.losses), r.losses
+    assert r.metric_name == "accuracy" and r.metric is not None and 0.0 <= r.metric <= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_the_data_are_generated_not_downloaded_and_repeat(name: str) -> None:
+    models, which = SETS[name]
+    wl = models[which]
+    a, b = wl.make_data(wl.size("tiny"), 0), wl.make_data(wl.size("tiny"), 0)
+    assert torch.equal(a.train[0], b.train[0]) and torch.equal(a.train[1], b.train[1])
+
+
+def test_the_fresh_patterns_are_there() -> None:
+    """A transposed-view buffer, a tied table."""
+    kws = KeywordSpotter()
+    assert not kws.basis.is_contiguous()
+    tower = NextItem().model
+    assert tower.history.weight is tower.item_emb.weight
+
+
+def test_the_third_patterns_are_there() -> None:
+    """The graph as buffers, a weight-normed conv, a (logits, loss) tuple whose sampling differs between train
+    and eval, ids read as integers in forward."""
+    gcn = NodeClassifier()
+    assert {n for n, _ in gcn.named_buffers()} == {"features", "adj"}
+    assert torch.allclose(gcn.adj, gcn.adj.t())  # the symmetric normalisation D^-1/2 (A + I) D^-1/2
+    block = TemporalBlock(2, 4, 3, stride=1, dilation=2, padding=4)
+    assert torch.nn.utils.parametrize.is_parametrized(block.conv1, "weight")
+    vib, x = VIBClassifier(), torch.randn(8, 64)
+    logits, loss = vib(x, torch.zeros(8, dtype=torch.long))
+    assert logits.shape == (8, 6) and loss is not None and vib(x)[1] is None
+    assert not torch.equal(vib(x)[0], vib(x)[0])  # reparameterised: a fresh eps every training call
+    vib.eval()
+    assert torch.equal(vib(x)[0], vib(x)[0])  # the mean in eval
+    wl = THIRD["third_dlrm"]
+    table = wl.make_data(wl.size("tiny"), 0).train[0][:4]
+    assert table.dtype == torch.float32 and ClickModel()(table).shape == (4, 1)
