@@ -8,8 +8,10 @@ numbers, so a file's losses *equal* the lab run's, compile's within rounding), t
 the GradScaler's steps, the optimizer that stepped (fused), a Dynamo graph compiled, the worker processes or reader
 threads that read the batches, the masks' zeros and the fine-tune's losses, the layers' widths after Torch-Pruning,
 the int8 layers of the inference model. The PT2E int8 files are compared with the lab's own quantization of the same
-trained model (:func:`lab.quant.quantize_with_report`, what a run calls): a lab run of them compiles the int8 graph
-to evaluate it, about 20 s each here. The data-parallel file runs as one process here and as two torchrun ranks.
+trained model (:func:`lab.quant.quantize_with_report`, what a run calls; its batch-1 Inductor compile skipped with
+torch.compile's force_eager stance: the swap report is read off the converted graph): a lab run of them compiles the
+int8 graph to evaluate it, about 20 s each here. The data-parallel file runs as one process here and as two
+torchrun ranks.
 """
 
 from __future__ import annotations
@@ -290,7 +292,8 @@ def check_int8(option: str, lab: RunResult, got: Emitted) -> None:
         graph = q._orig_mod
         ours = graph_swap_report(graph, float_model, qc.method)
         calibration = [tuple(t[i:i + 64] for t in tensors) for i in range(0, 1024, 64)]
-        theirs = quantize_with_report(float_model, qc, calibration, finetune=lambda prepared: None)[1]["swap"]
+        with torch.compiler.set_stance("force_eager"):  # the swap report is the converted graph's: no compile
+            theirs = quantize_with_report(float_model, qc, calibration, finetune=lambda prepared: None)[1]["swap"]
         bound = error_bound(qc.method, reduce_range_choice("auto", "pt2e")["used"])
     else:  # the legacy flows: torch.ao modules, against the lab's run of the option
         graph, ours, theirs = q, swap_report(float_model, q, qc.method), lab.details["quant"]["swap"]
@@ -403,7 +406,8 @@ def test_a_stack_is_every_familys_part_in_the_order_a_run_applies_them(tmp_path,
         tensors = ctx.data.train
     graph = _int8_of(got, tensors)._orig_mod
     calibration = [tuple(t[i:i + 64] for t in tensors) for i in range(0, 1024, 64)]
-    theirs = quantize_with_report(got.model.eval(), config_of(stack, BASE).quant, calibration)[1]["swap"]
+    with torch.compiler.set_stance("force_eager"):  # the swap report is the converted graph's: no compile
+        theirs = quantize_with_report(got.model.eval(), config_of(stack, BASE).quant, calibration)[1]["swap"]
     assert graph_swap_report(graph, got.model, "static")["swapped"] == theirs["swapped"] and theirs["n_swapped"] == 3
 
 

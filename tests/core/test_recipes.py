@@ -38,7 +38,10 @@ def test_every_technique_changes_the_config_and_runs(name, base):
         with pytest.raises(ValueError, match="add --ddp-world-size 2"):
             run(cfg)
         return
-    if cfg.memory.optimizer_state != "fp32":  # torchao's low-bit update eagerly: tests/memory compiles it once
+    # torchao's low-bit update eagerly: tests/memory compiles it once. The PT2E int8 model too (its batch-1 and
+    # bucket compiles, ~2-4 s per option): tests/quant/test_quantization.py's run of the default flow compiles one
+    # and tests/quant/test_storage.py stores compiled ones; here the option's config runs through every stage.
+    if cfg.memory.optimizer_state != "fp32" or (cfg.quant.enabled and cfg.quant.flow != "legacy"):
         with torch.compiler.set_stance("force_eager"):
             result = run(cfg, on_error="record")
     else:

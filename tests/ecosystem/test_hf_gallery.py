@@ -5,6 +5,7 @@ names the real reason. Skipped as a whole without the ``[hf]`` extra."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 
@@ -219,7 +220,13 @@ def test_legacy_static_int8_is_refused_before_training_naming_fx(name):
 # GPT-2 (Conv1D as Linear) and ResNet (convs: dynamic int8 keeps them float) differ by method, so both methods
 # run on them; the encoders go through the same export and quantizer path, so each runs one method (BERT static:
 # its int token_type_ids reach observers; DistilBERT dynamic; ViT static: its patch conv). All ten cost ~85 s of a
-# 2-core CI's 15 minutes; these seven ~50 s.
+# 2-core CI's 15 minutes; these seven ~50 s with the flow's batch-1 Inductor compile, ~20 s as below. What is checked
+# is the converted graph (int8 ops counted before any compile), so only two cases keep the compile (that Inductor
+# lowers an int8 Linear graph, GPT-2 dynamic, and an int8 conv graph, ResNet static: a lowering that raises fails
+# them); the others run the flow with torch.compile's stance at force_eager (the converted graph runs as is).
+COMPILED = {("GPT2", "dynamic"), ("RESNET", "static")}
+
+
 @pytest.mark.parametrize(("name", "method"), [
     *((n, m) for n in ("GPT2", "RESNET") for m in ("dynamic", "static")),
     *(pytest.param(n, m, marks=pytest.mark.slow) for n, m in (("BERT", "static"), ("DISTILBERT", "dynamic"),
@@ -227,8 +234,10 @@ def test_legacy_static_int8_is_refused_before_training_naming_fx(name):
 def test_pt2e_int8_graph_holds_int8_layers(name, method):
     _, model, data = _setup(name)
     batches = [_inputs(data, 8), tuple(t[8:16] for t in data.train[:-1])]
-    q, info = int8.quantize_with_report(model, QuantConfig(method=method, calibration_batches=2),
-                                        iter([(*b, None) for b in batches]))
+    stance = contextlib.nullcontext() if (name, method) in COMPILED else torch.compiler.set_stance("force_eager")
+    with stance:
+        q, info = int8.quantize_with_report(model, QuantConfig(method=method, calibration_batches=2),
+                                            iter([(*b, None) for b in batches]))
     rep = info["swap"]
     counts = rep["graph"]
     assert counts.get("int8_linear", 0) + counts.get("int8_conv", 0) == len(rep["swapped"]) > 0

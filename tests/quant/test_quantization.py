@@ -315,7 +315,11 @@ def test_pt2e_qat_agrees_with_float(tiny, name):
 @pytest.mark.capability
 @pytest.mark.slow
 def test_pt2e_qat_resnet_with_zero_init_bn_agrees_with_float(tiny):
-    info = _check_agreement(tiny, "vision", "qat")
+    """The QAT flow on a ResNet whose BN scales start at zero: nudged, converted, int8 and close to float. The
+    error is read off the converted graph, run as is; the flow's Inductor compile of it (a ResNet int8 conv graph,
+    what [vision-static] above compiles) is skipped with torch.compile's force_eager stance (~6 s a pass)."""
+    with torch.compiler.set_stance("force_eager"):
+        info = _check_agreement(tiny, "vision", "qat")
     assert info["qat_bn_scales_nudged"]["modules"]  # the untrained ResNet's last BN per block has gamma = 0
 
 
