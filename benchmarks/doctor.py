@@ -26,6 +26,9 @@ Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.score
   over a dense adjacency buffer, a variational classifier, a weight-normed TCN, a GRU with Bahdanau attention, a
   DLRM-style click model, a MobileNetV2 / V3-style net), written before the run-level scoring and the
   fused-optimizer / small-model rules; held out for every rule change after them.
+- ``fourth``: models as people paste them, a fourth time (``tests/gallery_fourth.py``: a llama2.c-style decoder, Kim's
+  CNN text classifier, PointNet with a T-Net, a U-Net body, DeepFM, a DenseNet-BC, a Perceiver-style latent
+  classifier), written before the quiet-residual calibration; held out for it and every rule change after it.
 
 For each case the doctor profiles a baseline and predicts every technique in the list
 (:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
@@ -71,6 +74,7 @@ from _common import emit, figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gallery import register_gallery  # noqa: E402
+from gallery_fourth import register_fourth  # noqa: E402
 from gallery_fresh import register_fresh  # noqa: E402
 from gallery_pasted import register_pasted  # noqa: E402
 from gallery_third import register_third  # noqa: E402
@@ -110,7 +114,9 @@ SETS = {"builtin": "built-in ladders (in-sample)", "gallery": "user-model galler
         "fresh": "models as people paste them, built after the risk-aware and small-attention rules (held out for "
                  "every rule change after them)",
         "third": "models as people paste them, a third time, built before the run-level scoring and the "
-                 "fused-optimizer / small-model rules (held out for every rule change after them)"}
+                 "fused-optimizer / small-model rules (held out for every rule change after them)",
+        "fourth": "models as people paste them, a fourth time, built before the quiet-residual calibration (held out "
+                  "for it)"}
 #: The goals of issue 28 on a held-out set: name -> (scorecard key, test).
 GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": ("regret_mean", lambda v: v <= 0.05),
          "worst regret <= 20 %": ("regret_worst", lambda v: v <= 0.2),
@@ -131,6 +137,8 @@ def case_set(workload: str) -> str:
         return "fresh"
     if workload.startswith("third_"):
         return "third"
+    if workload.startswith("fourth_"):
+        return "fourth"
     if workload.startswith("hf_") or "workloads.hf:" in workload:
         return "hf"
     return "builtin"
@@ -150,7 +158,7 @@ def hf_available() -> str | None:
 def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str]]:
     """The cases of ``sets`` and, per set left out, why."""
     gallery, unseen, pasted = list(register_gallery()), list(register_unseen()), list(register_pasted())
-    fresh, third = list(register_fresh()), list(register_third())
+    fresh, third, fourth = list(register_fresh()), list(register_third()), list(register_fourth())
     out: list[tuple[str, ...]] = []
     why: dict[str, str] = {}
     for s in sets:  # in the order asked
@@ -166,6 +174,8 @@ def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str
             out += [(u, "tiny") for u in (fresh[:2] if quick else fresh)]
         elif s == "third":
             out += [(u, "tiny") for u in (third[:2] if quick else third)]
+        elif s == "fourth":
+            out += [(u, "tiny") for u in (fourth[:2] if quick else fourth)]
         elif (reason := hf_available()) is None:
             out += [(f"lab.workloads.hf:{m}", "tiny") for m in (HF_MODELS[:2] if quick else HF_MODELS)]
         else:
@@ -264,6 +274,7 @@ def main() -> None:
         register_pasted()
         register_fresh()
         register_third()
+        register_fourth()
         for workload, size, *rung in todo:
             c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
                          max_steps=None if args.quick else MAX_STEPS, calibration=cal,

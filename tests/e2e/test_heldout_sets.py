@@ -1,8 +1,8 @@
-"""The doctor's held-out sets of models as people paste them, ``fresh`` (tests/gallery_fresh.py) and ``third``
-(tests/gallery_third.py), are real workloads: each model builds, trains a few steps through ``lab.run`` by name
-with a finite loss and is evaluated, and each carries the pattern it is in its set for, so a doctor score on
-them is a score on working models of those patterns. Cheap by design (a few steps each; each set's learning was
-checked when it was built, 48 tiny steps each). No timing assertions."""
+"""The doctor's held-out sets of models as people paste them, ``fresh`` (tests/gallery_fresh.py), ``third``
+(tests/gallery_third.py) and ``fourth`` (tests/gallery_fourth.py), are real workloads: each model builds, trains a
+few steps through ``lab.run`` by name with a finite loss and is evaluated, and each carries the pattern it is in
+its set for, so a doctor score on them is a score on working models of those patterns. Cheap by design (a few
+steps each; each set's learning was checked when it was built, 48 tiny steps each). No timing assertions."""
 
 from __future__ import annotations
 
@@ -10,18 +10,27 @@ import math
 
 import pytest
 import torch
+from gallery_fourth import (
+    FOURTH,
+    CrossAttentionBlock,
+    LastTokenClassifier,
+    LlamaAttention,
+    PointCloudClassifier,
+    STN3d,
+    register_fourth,
+)
 from gallery_fresh import FRESH, KeywordSpotter, NextItem, register_fresh
 from gallery_third import THIRD, ClickModel, NodeClassifier, TemporalBlock, VIBClassifier, register_third
 
 from lab import RunConfig, run
 
 #: set name -> (its models, a model whose data are checked to repeat)
-SETS = {"fresh": (FRESH, "fresh_tabular"), "third": (THIRD, "third_dlrm")}
+SETS = {"fresh": (FRESH, "fresh_tabular"), "third": (THIRD, "third_dlrm"), "fourth": (FOURTH, "fourth_deepfm")}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def heldout_workloads():
-    return register_fresh(), register_third()
+    return register_fresh(), register_third(), register_fourth()
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
@@ -31,14 +40,15 @@ def test_each_set_has_seven_models_none_shared_with_the_sets_before_it(name: str
     from gallery_unseen import UNSEEN
 
     models, _ = SETS[name]
-    before = [GALLERY, UNSEEN, PASTED, *([FRESH] if name == "third" else [])]
+    later = {"fresh": [], "third": [FRESH], "fourth": [FRESH, THIRD]}  # each set checked against every earlier one
+    before = [GALLERY, UNSEEN, PASTED, *later[name]]
     assert len(models) == 7 and all(n.startswith(f"{name}_") for n in models)
     mine = {type(w.make_model(w.size("tiny"))).__name__ for w in models.values()}
     others = {type(w.make_model(w.size("tiny"))).__name__ for s in before for w in s.values()}
     assert len(mine) == 7 and not mine & others, mine & others
 
 
-@pytest.mark.parametrize("name", sorted([*FRESH, *THIRD]))
+@pytest.mark.parametrize("name", sorted([*FRESH, *THIRD, *FOURTH]))
 def test_each_model_trains_a_few_steps_through_the_lab(name: str) -> None:
     r = run(RunConfig(workload=name, size="tiny", threads=1, max_steps=2, warmup_steps=1, latency_repeats=0))
     assert r.status == "ok" and r.error is None, (name, r.error)
@@ -80,3 +90,34 @@ def test_the_third_patterns_are_there() -> None:
     wl = THIRD["third_dlrm"]
     table = wl.make_data(wl.size("tiny"), 0).train[0][:4]
     assert table.dtype == torch.float32 and ClickModel()(table).shape == (4, 1)
+
+
+def test_the_fourth_patterns_are_there() -> None:
+    """A tied embedding and a ``(logits, loss)`` tuple (the last position alone without targets) over a fused qkv
+    projection, a T-Net whose identity is made in forward and applied by ``bmm``, a sequence-first
+    ``nn.MultiheadAttention`` cross-attention, long ids in for DeepFM."""
+    llama = LastTokenClassifier().llama
+    assert llama.tok_embeddings.weight is llama.output.weight
+    attn = llama.layers[0].attention
+    assert isinstance(attn, LlamaAttention) and attn.wqkv.out_features == 3 * attn.wqkv.in_features
+    assert {n for n, _ in llama.named_buffers()} == {"freqs_cos", "freqs_sin"} and not llama.state_dict().keys() & {
+        "freqs_cos", "freqs_sin"}  # non-persistent
+    tokens = torch.randint(0, 32, (4, 24))
+    logits, loss = llama(tokens, tokens)
+    assert logits.shape == (4, 24, 32) and loss is not None and loss.ndim == 0
+    logits, loss = llama(tokens)
+    assert logits.shape == (4, 1, 32) and loss is None
+    stn = STN3d()
+    for p in stn.fc3.parameters():
+        torch.nn.init.zeros_(p)
+    stn.eval()
+    assert torch.equal(stn(torch.randn(2, 3, 16)), torch.eye(3).expand(2, 3, 3))  # the identity made in forward
+    net = PointCloudClassifier()
+    assert net(torch.randn(5, 64, 3)).shape == (5, 3)
+    cross = CrossAttentionBlock(64, 64)
+    assert isinstance(cross.attn, torch.nn.MultiheadAttention) and not cross.attn.batch_first
+    perceiver = FOURTH["fourth_perceiver"].make_model(None)
+    assert all(not layer.self_attn.batch_first for layer in perceiver.self_attends)
+    wl = FOURTH["fourth_deepfm"]
+    ids = wl.make_data(wl.size("tiny"), 0).train[0][:4]
+    assert ids.dtype == torch.long and wl.make_model(None)(ids).shape == (4,)
