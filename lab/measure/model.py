@@ -180,8 +180,20 @@ def count_macs_by_dtype(model: nn.Module, example_inputs: tuple) -> dict[str, in
     path, so counting runs with ``torch.backends.mha`` fast path off (same math, unfused); the CPU
     flash-attention kernel, which gets its two-bmm formula. Int8 kernels are invisible to the counter, so each
     quantized Linear/Conv counts ``output positions x weight entries`` (RNNs: the formula) from a forward
-    hook. Runs in eval mode under no_grad (no BN statistics updated, no graph kept), restoring every mode.
+    hook. Runs in eval mode under no_grad (no BN statistics updated, no graph kept), restoring every mode; a model
+    that hands a submodule a view of a parameter (a Perceiver's ``self.latents.expand(-1, b, -1)``) is counted with
+    grad on instead: made under no_grad, such a view requires grad without a grad function, and the counter's
+    module tracker, which hooks every input that requires grad, raises on it.
     """
+    try:
+        return _count_macs_by_dtype(model, example_inputs, grad=False)
+    except AssertionError as exc:  # torch.autograd.graph: "Expected gradient function to be set"
+        if "gradient function" not in str(exc):
+            raise
+        return _count_macs_by_dtype(model, example_inputs, grad=True)
+
+
+def _count_macs_by_dtype(model: nn.Module, example_inputs: tuple, *, grad: bool) -> dict[str, int]:
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False, custom_mapping=_custom_flop_formulas())
@@ -209,7 +221,7 @@ def count_macs_by_dtype(model: nn.Module, example_inputs: tuple) -> dict[str, in
             handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(rnn_post)]
         elif _is_int8(m):
             handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(int8_post)]
-    with hooks_removed(handles), evaluation_mode(model), _mha_fastpath_off(), counter:
+    with hooks_removed(handles), evaluation_mode(model), torch.set_grad_enabled(grad), _mha_fastpath_off(), counter:
         model(*example_inputs)
     return {"fp32": int((counter.get_total_flops() + fp32_fix["flops"]) // 2), "int8": int8["macs"]}
 

@@ -153,6 +153,39 @@ def test_macs_linear_matches_formula() -> None:
     assert measure.count_macs(model, (x,)) == 8 * (32 * 16 + 16 * 3)
 
 
+class LatentQuery(nn.Module):
+    """A Perceiver's cross-attention as people write it: a learned latent array handed to a submodule as a view
+    (``expand``) or as a copy (``repeat``) per batch."""
+
+    def __init__(self, view: bool) -> None:
+        super().__init__()
+        self.view = view
+        self.latents = nn.Parameter(torch.randn(4, 16))
+        self.attn = nn.MultiheadAttention(16, 2)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.latents.unsqueeze(1)
+        q = q.expand(-1, x.shape[0], -1) if self.view else q.repeat(1, x.shape[0], 1)
+        kv = x.transpose(0, 1)
+        return self.head(self.attn(q, kv, kv)[0].mean(0))
+
+
+def test_macs_of_a_parameter_view_handed_to_a_submodule_are_those_of_its_copy() -> None:
+    """Under no_grad the ``expand`` view requires grad without a grad function, which FlopCounterMode's module
+    tracker cannot hook (it raised, and so did every baseline run of such a model): counted with grad on, the
+    figure is the ``repeat`` model's, and no graph or mode is left behind."""
+    torch.manual_seed(0)
+    copy_, view = LatentQuery(view=False), LatentQuery(view=True)
+    view.load_state_dict(copy_.state_dict())
+    view.train()
+    x = torch.randn(8, 5, 16)
+    macs = 8 * (4 * 16 * 16 + 2 * 5 * 16 * 16 + 2 * 4 * 5 * 16 + 4 * 16 * 16) + 8 * 16 * 3  # q, k v, two bmm, out
+    assert measure.count_macs(copy_, (x,)) == macs
+    assert measure.count_macs_by_dtype(view, (x,)) == {"fp32": macs, "int8": 0}
+    assert view.training and view.latents.grad is None
+
+
 @pytest.mark.parametrize("batch_first", [True, False])
 def test_macs_lstm_matches_formula(batch_first: bool) -> None:
     batch, seq, feat, hidden, layers = 4, 10, 12, 8, 2
