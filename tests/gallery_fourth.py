@@ -31,9 +31,10 @@ user writes around it, and none repeats a model of ``tests/gallery.py``, ``galle
 - ``fourth_densenet``: a tiny DenseNet-BC (torchvision's shape): dense layers BN-ReLU-Conv1x1-BN-ReLU-Conv3x3 over
   ``torch.cat`` of every earlier feature map (a list passed between layers), a ``ModuleDict`` dense block,
   transitions with compression and ``AvgPool2d``; oriented bars in noise.
-- ``fourth_perceiver``: a Perceiver-style classifier: a learned latent array (``nn.Parameter``) repeated per batch
-  in ``forward`` (``repeat``, not ``expand``: an ``expand`` view of the parameter handed to a submodule makes the
-  lab's MAC count, a ``FlopCounterMode`` forward under ``no_grad``, fail in PyTorch's module tracker),
+- ``fourth_perceiver``: a Perceiver-style classifier: a learned latent array (``nn.Parameter``) expanded per batch
+  in ``forward`` (an ``expand`` view of the parameter handed to a submodule: it made the lab's MAC count, a
+  ``FlopCounterMode`` forward under ``no_grad``, raise in PyTorch's module tracker and so every baseline run of
+  the model fail, until :func:`lab.measure.count_macs_by_dtype` counted such a model with grad on),
   ``nn.MultiheadAttention`` cross-attention in its default sequence-first layout (inputs transposed to
   ``(L, N, E)``), latent self-attention by default (not batch-first) ``nn.TransformerEncoderLayer`` s,
   ``LayerNorm``, a mean over latents, a linear head (which of 4 prototype vectors is planted in a set).
@@ -761,7 +762,7 @@ class PerceiverClassifier(nn.Module):
     def forward(self, data: torch.Tensor) -> torch.Tensor:
         b = data.shape[0]
         x = self.input_proj(data).transpose(0, 1)  # (L, N, E), as nn.MultiheadAttention defaults to
-        latents = self.latents.unsqueeze(1).repeat(1, b, 1)  # (num_latents, N, E)
+        latents = self.latents.unsqueeze(1).expand(-1, b, -1)  # (num_latents, N, E), a view of the parameter
         latents = self.cross_attend(latents, x)
         for layer in self.self_attends:
             latents = layer(latents)
