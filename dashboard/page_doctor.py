@@ -20,6 +20,7 @@ import streamlit as st
 
 from lab import ResultStore, RunConfig, jobs
 from lab.config import SIZES
+from lab.doctor import BUSY_REFUSAL
 from lab.doctor.jobs import diagnose_spec, verify_spec
 from lab.doctor.risk import NOTHING_PAYS
 from lab.doctor.stored import StoredDiagnosis, diagnosis_by_id
@@ -129,7 +130,9 @@ def _show(d: StoredDiagnosis) -> None:
     st.caption(f"rates: {d.rate_source}; " + "; ".join(d.advice))
     st.plotly_chart(prescription_bars(d.predictions), key="doctor_prescription")
     _shared.dataframe(diagnosis_table(d.predictions), key="doctor_table", hide_index=True)
-    if d.top() is None:  # no training pick surely enough faster beyond the A/A noise (lab.doctor.risk)
+    if d.busy:  # the baseline's step carried other processes' time: nothing prescribed (lab.doctor.diagnosis)
+        st.warning(f"training step: nothing prescribed: {BUSY_REFUSAL} ({d.busy})")
+    elif d.top() is None:  # no training pick surely enough faster beyond the A/A noise (lab.doctor.risk)
         st.caption(f"training step: {NOTHING_PAYS}")
     if d.skipped:
         st.caption("not predicted: " + "; ".join(f"{k} ({v})" for k, v in d.skipped.items()))

@@ -46,6 +46,10 @@ from lab.train import check, run
 
 #: What ``diagnose(measure=...)`` can time on the model itself when the user accepts the cost.
 MEASURABLE = ("compile",)
+#: Why nothing is prescribed when the profiled baseline ran on a busy machine: the step it profiled carries
+#: other processes' time, and the intervals are calibrated on quiet verifications only
+#: (:data:`lab.doctor.calibration.QUIET_AA`), so a prescription would rank the load, not the techniques.
+BUSY_REFUSAL = "the profiled baseline ran while this machine was busy: rerun the doctor when it is idle"
 
 #: ``stage(name, message)``: where a diagnosis stands, said as each stage starts (``"calibrate"``, "bf16 and fp16
 #: GEMMs at this model's shapes"; ``"predict"``, "bf16 (3/9)"), so a background job can show it
@@ -74,6 +78,7 @@ class Diagnosis:
     data_parallel: Prediction | None = None  # advice, not ranked (:func:`data_parallel_advice`)
     noise: float = 0.0  # the verifications' A/A noise, a log half-width (no prescription is finer)
     run: RunLength | None = None  # the run the ranking is for (:meth:`for_run`)
+    busy: str = ""  # the profiled baseline's contention warning (lab.measure.contention): set, nothing is prescribed
 
     @property
     def hardware_id(self) -> str:
@@ -89,6 +94,9 @@ class Diagnosis:
         run = RunLength(steps=max(1, int(steps)), step_ms=self.train.step_ms, what=what)
         ranked = prescribe(self.predictions, run, overrides={n: o.overrides for n, o in OPTIONS.items()},
                            rates=self.rates, breakdown=self.train, noise=self.noise)
+        if self.busy:  # the bands are quiet verifications' errors: a busy baseline's step is outside them
+            ranked = [dataclasses.replace(p, prescribed=False, reason=f"{p.reason}; not prescribed: {BUSY_REFUSAL}")
+                      for p in ranked]
         return dataclasses.replace(self, predictions=ranked, run=run)
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +106,7 @@ class Diagnosis:
                 "inference": self.infer.to_dict() if self.infer else None, "rate_source": self.rate_source,
                 "predictions": [p.to_dict() for p in self.predictions], "skipped": dict(self.skipped),
                 "advice": list(self.advice), "calibration_s": self.calibration_s, "noise": self.noise,
+                "busy": self.busy,
                 "run": dataclasses.asdict(self.run) if self.run else None,
                 "prescription": {a: (p.technique if (p := self.top(a)) else None)
                                  for a in ("train_step", "inference")},
@@ -310,7 +319,8 @@ def diagnose(cfg: RunConfig, *, techniques: Sequence[str] | None = None, crossov
     cal = calibration if calibration is not None else load_calibration(result.hardware_id)
     d = Diagnosis(cfg=cfg, baseline=result, train=train, infer=infer, rates=r, rate_source=source,
                   predictions=calibrated(preds, cal), skipped=skipped, advice=advice, calibration_s=calib_s,
-                  data_parallel=ddp, noise=cal.noise_floor())
+                  data_parallel=ddp, noise=cal.noise_floor(),
+                  busy=(result.details.get("contention") or {}).get("sentence") or "")
     return d.for_run(result.steps or 1, "this run")
 
 
@@ -389,7 +399,9 @@ def format_diagnosis(d: Diagnosis, memory: str | None = None) -> str:
             lines.append(f"{title}{run if axis == 'train_step' else ''} (prescribed when P(faster than the "
                          f"baseline) >= {100 * RULE.confidence:.0f} % and the gain exceeds the A/A noise; ranked by "
                          "the expected time saved, one-off costs included):")
-            if d.top(axis) is None:
+            if d.busy:
+                lines.append(f"  nothing prescribed: {BUSY_REFUSAL} ({d.busy})")
+            elif d.top(axis) is None:
                 lines.append(f"  {NOTHING_PAYS} (no pick is faster than the baseline with P >= "
                              f"{100 * RULE.confidence:.0f} % and a gain beyond the A/A noise x/ "
                              f"{math.exp(d.noise):.2f})")
@@ -401,5 +413,5 @@ def format_diagnosis(d: Diagnosis, memory: str | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MEASURABLE", "Diagnosis", "calibrate", "data_parallel_advice", "diagnose", "format_breakdown",
-           "format_diagnosis", "gate"]
+__all__ = ["BUSY_REFUSAL", "MEASURABLE", "Diagnosis", "calibrate", "data_parallel_advice", "diagnose",
+           "format_breakdown", "format_diagnosis", "gate"]

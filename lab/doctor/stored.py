@@ -57,6 +57,8 @@ class StoredDiagnosis:
     config: dict[str, Any] | None = None
     #: the run its ranking is for (``{"steps", "step_ms", "what"}``; None for one stored before it was kept)
     run: dict[str, Any] | None = None
+    #: the profiled baseline's contention warning ("" when it ran quiet): set, nothing was prescribed
+    busy: str = ""
 
     def top(self, axis: str = "train_step") -> Prediction | None:
         """The prescribed pick on ``axis`` (None: nothing pays beyond noise), as ``Diagnosis.top``."""
@@ -104,7 +106,7 @@ def _stored(row: tuple) -> StoredDiagnosis:
                            predictions=[_prediction(p) for p in data.get("predictions") or []], id=int(did),
                            train=data.get("train"), inference=data.get("inference"),
                            skipped=dict(data.get("skipped") or {}), advice=list(data.get("advice") or []),
-                           config=data.get("config"), run=data.get("run"))
+                           config=data.get("config"), run=data.get("run"), busy=str(data.get("busy") or ""))
 
 
 _FIELDS = "id, workload, size, hardware_id, threads, created, diagnosis_json"

@@ -94,12 +94,32 @@ def test_quiet_held_out_cases_beside_the_doctor_json_calibrate_too_and_noisy_one
     (hw / "heldout").mkdir(parents=True)
     (hw / "doctor.json").write_text(json.dumps({"cases": [_case("m", [("bf16", 1.0, 1.1)])]}))
     (hw / "heldout" / "run.json").write_text(json.dumps({"cases": [
-        _case("gallery_a", [("bf16", 1.0, 1.5)], aa=1.05),   # quiet: kept
+        _case("gallery_a", [("bf16", 1.0, 1.5)], aa=1.02),   # quiet: kept
+        _case("gallery_c", [("bf16", 1.0, 1.4)], aa=1.05),   # a 5 % A/A cannot tell a 3 % gain: left out
         _case("gallery_b", [("bf16", 1.0, 3.0)], aa=1.6)]}))  # the machine's load, not the doctor: left out
     cal = load_calibration("box-2c", tmp_path)
     assert {r.case for r in cal.residuals} == {"m:tiny:", "gallery_a:tiny:"}
     assert "1 quiet held-out cases" in cal.source
     assert {r.case for r in load_calibration("box-2c", tmp_path, exclude="gallery_a:tiny:").residuals} == {"m:tiny:"}
+
+
+def test_the_doctors_own_run_calibrates_only_with_its_quiet_cases_and_the_floor_is_theirs(tmp_path):
+    """A busy day's case in the machine's doctor.json is the load's error, not the model's: its residuals and its
+    A/A leave the bands and the floor, and the source says how many cases were kept."""
+    hw = tmp_path / "box-2c"
+    hw.mkdir()
+    quiet_cases = [_case(f"q{i}", [("fused_optim", 1.04, 1.04 * (1 + 0.002 * i))], aa=1.0 + 0.001 * i)
+                   for i in range(12)]
+    busy = _case("busy", [("fused_optim", 1.04, 0.80)], aa=1.12)
+    (hw / "doctor.json").write_text(json.dumps({"cases": [*quiet_cases, busy]}))
+    cal = load_calibration("box-2c", tmp_path)
+    assert "busy:tiny:" not in {r.case for r in cal.residuals} and "busy:tiny:" not in cal.aa
+    assert "(12 of its 13 cases quiet)" in cal.source
+    assert cal.band("fused_optim")[0] < math.log(1.03) and cal.noise_floor() < math.log(1.02)
+    everything = Calibration.from_cases([*quiet_cases, busy])  # what the busy case would have done to them
+    assert everything.noise_floor() == pytest.approx(math.log(1.12))
+    p = Prediction("fused_optim", "train_step", 1.04, 1.04, 1.04, "")
+    assert cal.apply(p).lo > 1.0 > everything.apply(p).lo  # a 4 % gain told apart only by the quiet bands
 
 
 def test_without_a_map_the_doctor_names_the_price_of_building_one(tmp_path):

@@ -452,6 +452,20 @@ def test_many_tiny_ops_get_compile_first(fixed_compile_cost):
     assert "batch" in d.advice[0]
 
 
+def test_a_baseline_the_contention_meter_saw_busy_prescribes_nothing(fixed_compile_cost, monkeypatch):
+    """What the run's contention meter read reaches the diagnosis: busy, nothing is prescribed and it says why."""
+    from lab.doctor import BUSY_REFUSAL
+    from lab.measure import contention
+
+    register_workload(TINY_OPS, overwrite=True)
+    loud = contention.Contention(others_cores=1.5, steal_share=0.0, load1=3.5, cores=2, wall_s=1.0)
+    monkeypatch.setattr(contention.ContentionMeter, "stop", lambda self: loud)
+    d = diagnose(RunConfig(workload="many_tiny_ops", size="tiny", threads=1, latency_repeats=2),
+                 techniques=TRAIN_TECHS).for_run(10**7)
+    assert d.busy == loud.sentence() != "" and d.top() is None and d.predictions
+    assert BUSY_REFUSAL in format_diagnosis(d)
+
+
 def test_cli_doctor_prints_breakdown_prescription_and_verification(toy_workload, capsys, tmp_path):
     code = main(["doctor", "--workload", "toy", "--size", "tiny", "--epochs", "1", "--latency-repeats", "2",
                  "--techniques", "fused_optim,prefetch", "--verify", "1", "--repeats", "1",

@@ -172,3 +172,31 @@ def test_stored_rows_are_represcribed_offline_and_scored():
     assert new[2]["run_speedup"] < 0.1  # 40 steps of 10 ms against a 20 s compile
     card = scorecard([{"rows": new}])
     assert card["top1_hits"] == 1 and card["slower"] == 0 and card["nothing_prescribed"] == 0
+
+
+def test_a_baseline_profiled_on_a_busy_machine_prescribes_nothing_and_says_why(tmp_path):
+    """The bands are quiet verifications' errors: a profile that carried other processes' time is outside them, so
+    the diagnosis ranks, shows, stores and reads back its picks, but prescribes none and says the machine was busy."""
+    from lab.config import RunConfig
+    from lab.doctor.diagnosis import BUSY_REFUSAL, Diagnosis, format_diagnosis
+    from lab.doctor.stored import diagnosis_by_id, save_diagnosis
+    from lab.measure.profile import Breakdown
+    from lab.result import RunResult
+    from lab.store import ResultStore
+
+    base = RunResult(run_id="0" * 32, config={}, env={"torch_threads": 1}, metric_name="accuracy")
+    preds = [Prediction("bf16", "train_step", 1.3, 1.2, 1.4, "planted"),
+             Prediction("fused_optim", "train_step", 1.1, 1.05, 1.15, "planted")]
+    quiet = Diagnosis(cfg=RunConfig(workload="mlp", size="tiny"), baseline=base, train=Breakdown(step_ms=10.0,
+                      ms={"matmul": 10.0}), infer=None, rates=Rates(), rate_source="planted", predictions=preds)
+    assert quiet.for_run(10**6).top().technique == "bf16"
+    sentence = "measured while this machine was busy (other processes used 1.2 of 2 cores; load 3.1)"
+    busy = quiet.__class__(**{**quiet.__dict__, "busy": sentence}).for_run(10**6)
+    assert busy.top() is None and all(not p.prescribed for p in busy.predictions)
+    assert [p.technique for p in busy.predictions] == ["bf16", "fused_optim"]  # still ranked, shown
+    assert all(BUSY_REFUSAL in p.reason for p in busy.predictions)
+    text = format_diagnosis(busy)
+    assert f"nothing prescribed: {BUSY_REFUSAL} ({sentence})" in text and NOTHING_PAYS not in text
+    with ResultStore(str(tmp_path / "s.sqlite")) as store:
+        back = diagnosis_by_id(store, save_diagnosis(store, busy))
+    assert back.busy == sentence and back.top() is None
