@@ -4,7 +4,7 @@
                                 [--techniques a,b] [--merge PATH] [--rescore PATH [--recalibrate]]
                                 [--cross A.json,B.json] [--rules all|A.json,B.json [--quiet-only]]
 
-Three sets, scored apart (never one pooled number alone, :func:`lab.doctor.scorecard`):
+The sets, each scored apart (never one pooled number alone, :func:`lab.doctor.scorecard`):
 
 - ``builtin``: every built-in workload at two rungs of its ladder (``--model-scale`` xs and m on the
   ``tiny`` data, each run capped at ``MAX_STEPS`` steps): the cases the doctor's priors and rules were tuned
