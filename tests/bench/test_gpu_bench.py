@@ -25,9 +25,10 @@ import lab.measure
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-FAMILIES = {"precision", "data", "pruning", "quantization", "distributed"}
+FAMILIES = {"precision", "data", "pruning", "quantization", "distributed", "memory"}
 FAMILY_FILES = {"precision": "precision", "data": "data_loading", "pruning": "pruning",
-                "quantization": "quantization", "distributed": "distributed"}  # part -> benchmarks/<file>.py
+                "quantization": "quantization", "distributed": "distributed",
+                "memory": "memory"}  # part -> benchmarks/<file>.py
 # What the H200 box does not have (torchao is there, but blocking it simulates a box without it).
 BLOCKED = ("plotly", "streamlit", "sklearn", "mlxtend", "psutil", "torch_pruning", "scipy", "matplotlib", "tqdm")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -66,6 +67,11 @@ def pruning():
 @pytest.fixture(scope="module")
 def quantization():
     return _bench_module("quantization")
+
+
+@pytest.fixture(scope="module")
+def memory_bench():
+    return _bench_module("memory")
 
 
 def _blocker(folder: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
@@ -134,7 +140,7 @@ def test_cpu_self_test_runs_every_part_with_torchao_missing(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     doc = json.loads(path.read_text())
     assert doc["setting"] == "tiny" and doc["quick"] is True
-    assert list(doc["parts"]) == ["precision", "data", "pruning", "distributed", "quantization"]
+    assert list(doc["parts"]) == ["precision", "data", "pruning", "distributed", "memory", "quantization"]
     assert all(p["status"] == "ok" for p in doc["parts"].values()), doc["parts"]
     figs = {f["name"]: f for f in doc["figures"]}
     assert {f["family"] for f in doc["figures"]} == FAMILIES
@@ -149,6 +155,17 @@ def test_cpu_self_test_runs_every_part_with_torchao_missing(tmp_path):
     quant = [f for f in doc["figures"] if "int8" in f["name"] or "int4" in f["name"]]
     assert quant and all(math.isnan(f["value"]) and "torchao not importable" in f["note"] for f in quant)
     assert figs["decode bf16 latency batch 1"]["value"] > 0
+    for case in ("transformer xs b8", "vision xs b4"):  # memory: both ladders' cases, plain and checkpointed
+        plain, ckpt = figs[f"memory: {case} plain step peak"], figs[f"memory: {case} checkpoint_blocks step peak"]
+        assert plain["value"] > 0 and ckpt["value"] > 0 and plain["unit"] == "MiB"
+        assert figs[f"memory: {case} checkpoint_blocks peak ratio"]["value"] == pytest.approx(
+            plain["value"] / ckpt["value"])
+        f = figs[f"memory: {case} checkpoint_blocks step-time ratio"]
+        assert f["value"] > 0 and f["ci95"][0] <= f["value"] <= f["ci95"][1]
+        for what in ("step peak", "peak ratio", "step-time ratio"):
+            assert "needs torchao" in figs[f"memory: {case} adam8bit {what}"]["note"]
+            assert figs[f"memory: {case} offload_optim {what}"]["note"] == "skipped: CUDA only"
+        assert math.isnan(figs[f"memory: {case} adam8bit first-step compile s"]["value"])
 
 
 def test_interleaved_runs_arms_in_rounds_and_excludes_warmup():
@@ -289,6 +306,38 @@ def test_weight_bytes_and_max_errors(gpu_common, quantization):
     assert [tuple(layer.weight.shape) for layer in m] == [(32, 16), (16, 32), (32, 16)]
     assert quantization.model_bytes(m) == 3 * 16 * 32 * 2
     assert gpu_common.max_errors(torch.tensor([1.0, -2.5]), torch.tensor([1.0, -2.0])) == (0.5, 0.25)
+
+
+def test_memory_part_counts_the_device_held_optimizer_state_and_the_step_peak(memory_bench):
+    """The at-rest part of a step's peak: the parameters and the optimizer state on the device, none of an
+    offloading optimizer's host-held state (torchao's CPUOffloadOptimizer keeps only its small parameters'
+    optimizer, ``d_opt``, on the device); the peak adds the step's high-water mark on top."""
+    from lab.measure.memory import optimizer_state_bytes, param_bytes
+
+    cpu = torch.device("cpu")
+    model = nn.Linear(64, 64)
+    adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 64)).sum().backward()
+    adam.step()
+    assert memory_bench.device_state_bytes(adam, cpu) == optimizer_state_bytes(adam) >= 2 * param_bytes(model)
+    assert memory_bench.device_state_bytes(adam, torch.device("cuda")) == 0  # nothing of it on a CUDA device
+
+    class Offloaded:  # the shape of CPUOffloadOptimizer: no ``state`` of its own, the on-device part in ``d_opt``
+        d_opt = adam
+
+    assert memory_bench.device_state_bytes(Offloaded(), cpu) == optimizer_state_bytes(adam)
+    Offloaded.d_opt = None
+    assert memory_bench.device_state_bytes(Offloaded(), cpu) == 0
+
+    def step() -> None:
+        model(torch.randn(4, 64)).sum().backward()
+        adam.step()
+        adam.zero_grad(set_to_none=True)
+
+    arm = memory_bench.MemoryArm(model, adam, step, "torch Adam")
+    peak, at_rest = memory_bench.step_peak(arm, cpu)
+    assert at_rest == param_bytes(model) + optimizer_state_bytes(adam)
+    assert peak >= at_rest + param_bytes(model)  # the gradients alone are one more copy of the parameters
 
 
 def test_missing_torchao_is_a_skip_not_a_crash(quantization, monkeypatch):
@@ -451,10 +500,12 @@ def test_semi_structured_linear_matches_dense_on_cuda(gpu_common, pruning):
 @needs_cuda
 def test_quick_gpu_parts_write_their_figures(tmp_path):
     path = tmp_path / "gpu.json"
-    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--quick", "--parts", "data,pruning,distributed",
+    proc = _run([sys.executable, str(BENCH / "gpu.py"), "--quick", "--parts", "data,pruning,distributed,memory",
                  "--json", str(path)], dict(os.environ), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(path.read_text())
-    assert set(doc["parts"]) == {"data", "pruning", "distributed"}
+    assert set(doc["parts"]) == {"data", "pruning", "distributed", "memory"}
     assert all(p["status"] == "ok" for p in doc["parts"].values()), doc["parts"]
-    assert {f["family"] for f in doc["figures"]} == {"data", "pruning", "distributed"}
+    assert {f["family"] for f in doc["figures"]} == {"data", "pruning", "distributed", "memory"}
+    peaks = {f["name"]: f["value"] for f in doc["figures"] if f["name"].endswith(" step peak")}
+    assert peaks and all(v > 0 for v in peaks.values()), peaks  # the allocator's figure, every arm measured
