@@ -42,7 +42,8 @@ MODEL_SCALES = ("xs", "s", "m", "l", "xl")
 #: so a config (and the stored run's hash) that does not use them reads exactly as before.
 _LATE_FIELDS = {"model_scale": None, "profile": False, "checkpoint_every": None, "resume": None, "eval_every": None,
                 "target_metric": None}
-_LATE_FAMILY_FIELDS = {"data": {"source": "memory", "ideal_replay": False}, "quant": {"flow": "pt2e"}}
+_LATE_FAMILY_FIELDS = {"data": {"source": "memory", "ideal_replay": False}, "quant": {"flow": "pt2e"},
+                       "memory": {"offload": "none"}}
 #: Families added after runs were first stored: left out of :meth:`RunConfig.to_dict` while off (their default).
 _LATE_FAMILIES = ("memory",)
 OPTIMIZERS = ("adam", "sgd")

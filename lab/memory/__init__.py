@@ -1,15 +1,16 @@
 """Memory: train what does not fit. ``memory.checkpoint="blocks"`` (activation checkpointing per block, the
 workload's :meth:`~lab.workloads.Workload.model_blocks`), ``memory.optimizer_state="int8" | "int4"`` (Adam's moments
 in 8 / 4 bits, torchao), ``memory.micro_batches=k`` (each batch as k micro-batches, gradients accumulated in
-:func:`lab.loop.train_step`: the same effective batch) and ``memory.shard="fsdp2"`` (parameters, gradients and
-optimizer state sharded across the data-parallel ranks, FSDP2's ``fully_shard``, where DDP replicates them), each
-verified by its effect; and every run's step counted by role (``details["memory"]``: parameters, gradients,
-optimizer state, activations saved for backward) beside the
-process RSS peak the loop samples. Page: docs/memory.md; taught in ``notebooks/09_memory.ipynb``.
+:func:`lab.loop.train_step`: the same effective batch), ``memory.shard="fsdp2"`` (parameters, gradients and
+optimizer state sharded across the data-parallel ranks, FSDP2's ``fully_shard``, where DDP replicates them) and
+``memory.offload="optimizer"`` (Adam's state and update in host memory, parameters on the GPU: torchao's
+``CPUOffloadOptimizer``, CUDA only, :mod:`lab.memory.offload`), each verified by its effect; and every run's step
+counted by role (``details["memory"]``: parameters, gradients, optimizer state, activations saved for backward)
+beside the process RSS peak the loop samples. Page: docs/memory.md; taught in ``notebooks/09_memory.ipynb``.
 
 Where it sits in a run (:data:`lab.registry.FAMILY_ORDER`, after compute and precision, before pruning): its
 ``before_training`` checkpoints the blocks of the model that trains (after compute's fast-kernel swap); its
-``fit_options`` sets the fit's optimizer (low-bit state) and wraps the precision policy precision has set with
+``fit_options`` sets the fit's optimizer (low-bit state, offload) and wraps the precision policy precision has set with
 the counting one (:mod:`lab.memory.roles`); its ``after_training`` hands pruning and quantization the plain
 model (checkpointing is a training-time lever: a fine-tune after pruning or QAT runs unchecked). Sharding is the
 family's launcher (:mod:`lab.memory.launcher`, in :data:`lab.registry.LAUNCHERS`): the data-parallel ranks, with
@@ -26,6 +27,7 @@ import os
 import statistics
 from typing import Any
 
+import torch
 from torch import nn
 
 from lab.config import RunConfig
@@ -34,6 +36,7 @@ from lab.loop import FitStats, StepHook
 from lab.memory import portable as portable_
 from lab.memory.checkpointing import checkpoint_blocks, checkpointed_copy, restore_blocks
 from lab.memory.launcher import LAUNCHER as SHARDED_LAUNCHER
+from lab.memory.offload import check_offload, offload_adam, state_bytes_by_place
 from lab.memory.optim import LOW_BIT, low_bit_adam, low_bit_class
 from lab.memory.roles import CountingStep
 from lab.registry import FAMILIES, LAUNCHERS
@@ -50,8 +53,8 @@ def no_blocks_refusal(workload: str, model: nn.Module) -> str:
 
 
 class Memory(Technique):
-    """Activation checkpointing per block, low-bit Adam state and batch-keeping accumulation; memory by role in
-    every run."""
+    """Activation checkpointing per block, low-bit Adam state, batch-keeping accumulation and CPU offload of the
+    optimizer; memory by role in every run."""
 
     name = "memory"
 
@@ -63,8 +66,9 @@ class Memory(Technique):
     def check(self, cfg: RunConfig) -> None:
         """Low-bit state is Adam's: refused with SGD, with torch's fused Adam (one or the other), with checkpoint /
         resume (read weights-only, which does not load torchao's state tensors) and without torchao. Sharding:
-        :func:`check_shard`."""
+        :func:`check_shard`; offload: :func:`lab.memory.offload.check_offload` (on a CPU device among others)."""
         check_shard(cfg)
+        check_offload(cfg)
         state = cfg.memory.optimizer_state
         if state == "fp32":
             return
@@ -100,10 +104,20 @@ class Memory(Technique):
         return model, []
 
     def fit_options(self, ctx: TrainContext, model: nn.Module, plan: FitPlan) -> None:
-        """Every fit: the low-bit optimizer. The main training fit: its first step counted by role."""
+        """Every fit: the low-bit or offloaded optimizer. The main training fit: its first step counted by role,
+        and an offloaded optimizer's state by where it lives."""
         state = ctx.cfg.memory.optimizer_state
         if state != "fp32":
             plan.optimizer = low_bit_adam(state)
+        built: list[torch.optim.Optimizer] = []
+        if ctx.cfg.memory.offload == "optimizer":
+            make = offload_adam()
+
+            def keep(params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+                built.append(make(params, lr))
+                return built[-1]
+
+            plan.optimizer = keep
         plan.micro_batches = ctx.cfg.memory.micro_batches
         if plan.phase != "train" or plan.probe:
             return
@@ -125,6 +139,13 @@ class Memory(Technique):
                                       "across ranks, padded to equal shards); a block's full parameters and "
                                       "gradients exist only while it runs (all-gather / reduce-scatter buffers, "
                                       "a transient in the process RSS peak), not counted here")
+            rec["offload"] = ctx.cfg.memory.offload
+            if built:  # the state's bytes by place: all of it on the host is what the lever promises
+                rec.update(state_bytes_by_place(built[-1]),
+                           offload_note="Adam's state and update on the host (torchao CPUOffloadOptimizer, "
+                                        "fused CPU AdamW at weight decay 0); parameters and gradients on the device, "
+                                        "each gradient copied to pinned host memory in backward, each parameter back "
+                                        "after the step")
             if state != "fp32":
                 rec["optimizer_compile_s"] = first_step_excess_s(stats.step_times_ms.get("optimizer", []))
             ctx.result.details["memory"] = rec
@@ -139,7 +160,7 @@ class Memory(Technique):
     def timed(self, option: Option, bench: Bench, arm: TimedArm) -> None:
         """Training only. Checkpointing: the arm trains a deep copy of its model with the blocks checkpointed.
         Low-bit state: the arm's optimizer is torchao's low-bit Adam (its first step compiles: the map's warm-up
-        calls take it)."""
+        calls take it). Offload: the arm's optimizer is torchao's CPUOffloadOptimizer, on a CUDA bench only."""
         o = option.overrides
         if o.get("memory.shard", "none") != "none":
             raise NotTimed(f"{option.name} shards a model across ranks; the map times one process")
@@ -164,6 +185,13 @@ class Memory(Technique):
                 raise NotTimed(f"{option.name} replaces the optimizer; the arm's is torch's fused Adam")
             arm.optimizer = low_bit_adam(state)
             arm.notes.append(f"torchao {LOW_BIT[state]}")
+        if o.get("memory.offload", "none") != "none":
+            if bench.device.type != "cuda":
+                raise NotTimed(f"{option.name} needs CUDA: on a CPU the optimizer state already is in host memory")
+            if arm.fused:
+                raise NotTimed(f"{option.name} replaces the optimizer; the arm's is torch's fused Adam")
+            arm.optimizer = offload_adam()
+            arm.notes.append("torchao CPUOffloadOptimizer: Adam's state and update on the host")
 
     def report(self, result: RunResult) -> dict[str, Any]:
         """Which levers ran, and the step's bytes by role."""
@@ -171,9 +199,11 @@ class Memory(Technique):
         rec = result.details.get("memory") or {}
         out: dict[str, Any] = {"checkpoint": cfg.get("checkpoint", "none"),
                                "optimizer_state": cfg.get("optimizer_state", "fp32"),
-                               "micro_batches": cfg.get("micro_batches", 1), "shard": cfg.get("shard", "none")}
+                               "micro_batches": cfg.get("micro_batches", 1), "shard": cfg.get("shard", "none"),
+                               "offload": cfg.get("offload", "none")}
         out.update({k: rec[k] for k in ("params_bytes", "grads_bytes", "optimizer_state_bytes",
-                                        "saved_activations_bytes") if k in rec})
+                                        "saved_activations_bytes", "optimizer_state_host_bytes",
+                                        "optimizer_state_device_bytes") if k in rec})
         return out
 
 

@@ -24,4 +24,8 @@ register_options(
            "FSDP2 sharding (fully_shard per block, then the root): each of N data-parallel ranks keeps ~1/N of the "
            "parameters, gradients and optimizer state instead of DDP's full copy; needs --ddp-world-size 2 or more",
            axes=TRAINING),
+    Option("offload_optim", {"memory.offload": "optimizer"}, "memory",
+           "CPU offload of the optimizer (torchao CPUOffloadOptimizer): Adam's state and update in host memory, no "
+           "optimizer state on the GPU; each step copies the gradients to the host and the parameters back; CUDA "
+           "only", axes=TRAINING),
 )

@@ -2,7 +2,8 @@
 block (``torch.utils.checkpoint``, non-reentrant), Adam's moments in 8 / 4 bits (torchao's ``AdamW8bit`` /
 ``AdamW4bit`` in place of ``torch.optim.Adam``) and FSDP2 sharding (``fully_shard`` per block, then the root, where
 the data-parallel part would wrap the model in DDP; the data-parallel part still starts the ranks, deals the data
-and leaves the group).
+and leaves the group). CPU offload of the optimizer is not written: every recipe file is checked against the lab's
+run on a CPU, where torchao's ``CPUOffloadOptimizer`` cannot run (docs/memory.md gives its one line).
 
 What a block is comes from the user's model here, not from a workload: the script finds it the way the lab's
 default does (:func:`lab.workloads.base.default_blocks`: the layers Hugging Face marks as checkpointable, else the
@@ -130,6 +131,11 @@ def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     if not mc.enabled:
         return None
     refuse_accumulation("memory.micro_batches", mc.micro_batches, "that keeps the batch")
+    if mc.offload != "none":
+        raise NotPortable(f"memory.offload={mc.offload!r}: every file the recipe writes is run and compared with "
+                          "the lab's run of its option on a CPU (tests/core/test_portable.py), and torchao's "
+                          "CPUOffloadOptimizer runs on CUDA only, so a written line would go unchecked; the line is "
+                          "in docs/memory.md")
     if mc.shard != "none" and mc.optimizer_state != "fp32":
         raise NotPortable(f"memory.shard={mc.shard!r} with memory.optimizer_state={mc.optimizer_state!r}: torchrun's "
                           "ranks would share one on-disk Inductor cache, from which a rank read a graph compiled "

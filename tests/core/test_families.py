@@ -34,6 +34,8 @@ NOT_PREDICTED: dict[str, str] = {
     **dict.fromkeys(("accum2", "accum4"), "a memory lever (the same step in smaller pieces): its step time is "
                     "measured by the budget search (lab run --memory-budget), not predicted"),
     "fsdp2": "a memory lever across data-parallel ranks; the doctor profiles one process's step",
+    "offload_optim": "a memory lever on CUDA only (the optimizer stepped on the host); nothing measures the host "
+                     "update and the transfers' rate yet",
 }
 #: Options the recipe (``python -m lab recipe``) cannot write as plain PyTorch, with the reason (a new option must
 #: say why); every other option's family writes its part (:meth:`lab.technique.Technique.portable`).
@@ -41,6 +43,8 @@ NOT_PORTABLE: dict[str, str] = {
     "fast_kernels": "the workload's own faster model code (ctr: index_select lookups), not a change of the loop",
     **dict.fromkeys(("accum2", "accum4"), "gradient accumulation that keeps the batch (memory.micro_batches) is "
                     "not written out by the recipe yet: lab refuses it in `python -m lab recipe` with that reason"),
+    "offload_optim": "torchao's CPUOffloadOptimizer runs on CUDA only, and every recipe file is checked against the "
+                     "lab's run on a CPU: the line would go unchecked (docs/memory.md gives it)",
 }
 
 

@@ -38,6 +38,10 @@ def test_every_technique_changes_the_config_and_runs(name, base):
         with pytest.raises(ValueError, match="add --ddp-world-size 2"):
             run(cfg)
         return
+    if cfg.memory.offload != "none" and not torch.cuda.is_available():  # CUDA only: refused here, tests/memory
+        with pytest.raises(ValueError, match="needs CUDA"):
+            run(cfg)
+        return
     # torchao's low-bit update eagerly: tests/memory compiles it once. The PT2E int8 model too (its batch-1 and
     # bucket compiles, ~2-4 s per option): tests/quant/test_quantization.py's run of the default flow compiles one
     # and tests/quant/test_storage.py stores compiled ones; here the option's config runs through every stage.
