@@ -36,7 +36,12 @@ def test_phase_times_add_up_to_step_time(ctr_runs):
     totals = np.array(samples["total"])
     parts = sum(np.array(samples[p]) for p in ("data_wait", "forward", "backward", "optimizer", "comm"))
     assert len(totals) == res.steps
-    np.testing.assert_allclose(parts, totals, rtol=0.02, atol=0.05)
+    # Every phase lies inside its step, and the time no phase was charged (after the last mark) is small over the
+    # run and in a typical step. Not every step: a cyclic-GC pass of this big test process, triggered by an
+    # allocation after the last mark, once put 0.27 ms into one step's unmarked tail (CI, 2 cores).
+    assert (totals - parts >= -1e-6).all()
+    np.testing.assert_allclose(parts.sum(), totals.sum(), rtol=0.02)
+    assert np.median((totals - parts) / totals) < 0.01
     assert totals.sum() / 1e3 <= res.train_time_s
     assert all(v == 0.0 for v in samples["comm"])  # no DDP: the comm slot is empty, not missing
 
