@@ -15,6 +15,7 @@ says so where a model has none. A checkpointed block recomputes BatchNorm at mom
 from __future__ import annotations
 
 from lab.config import RunConfig
+from lab.config.memory import MemoryConfig
 from lab.memory.optim import LOW_BIT
 from lab.result import RunResult
 from lab.technique import NotPortable, Portable, refuse_accumulation
@@ -125,22 +126,28 @@ def gather_model(model, skeleton):
     return skeleton'''
 
 
+def refuse_unwritten(mc: MemoryConfig) -> None:
+    """What the recipe does not write, each refused by name (:class:`NotPortable`): accumulation that keeps the
+    batch (the lab's own loop splits it); CPU offload (every file the recipe writes is run against the lab's run
+    on a CPU, where torchao's ``CPUOffloadOptimizer`` cannot run, so a written line would go unchecked); FSDP2 with
+    low-bit state (torchrun's ranks would share one Inductor cache, from which a rank read a graph compiled for
+    another rank's shard size and failed; a lab run gives each rank its own cache)."""
+    refuse_accumulation("memory.micro_batches", mc.micro_batches, "that keeps the batch")
+    if mc.offload != "none":
+        raise NotPortable(f"memory.offload={mc.offload!r}: torchao's CPUOffloadOptimizer runs on CUDA only and every "
+                          "recipe file is checked against the lab's run on a CPU; its one line is in docs/memory.md")
+    if mc.shard != "none" and mc.optimizer_state != "fp32":
+        raise NotPortable(f"memory.shard={mc.shard!r} with memory.optimizer_state={mc.optimizer_state!r}: torchrun's "
+                          "ranks would share one on-disk Inductor cache (a rank read another's graph, compiled for "
+                          "its shard size, and failed here); not written out by the recipe yet")
+
+
 def portable(cfg: RunConfig, run: RunResult | None = None) -> Portable | None:
     """The family's part: checkpointing's helpers and wrap, torchao's optimizer, FSDP2's shard and gather."""
     mc = cfg.memory
     if not mc.enabled:
         return None
-    refuse_accumulation("memory.micro_batches", mc.micro_batches, "that keeps the batch")
-    if mc.offload != "none":
-        raise NotPortable(f"memory.offload={mc.offload!r}: every file the recipe writes is run and compared with "
-                          "the lab's run of its option on a CPU (tests/core/test_portable.py), and torchao's "
-                          "CPUOffloadOptimizer runs on CUDA only, so a written line would go unchecked; the line is "
-                          "in docs/memory.md")
-    if mc.shard != "none" and mc.optimizer_state != "fp32":
-        raise NotPortable(f"memory.shard={mc.shard!r} with memory.optimizer_state={mc.optimizer_state!r}: torchrun's "
-                          "ranks would share one on-disk Inductor cache, from which a rank read a graph compiled "
-                          "for another rank's shard size and failed here (a lab run gives each rank its own cache); "
-                          "not written out by the recipe yet")
+    refuse_unwritten(mc)
     comments, imports, helpers, wrap, unwrap, notes = [], [], [], [], [], []
     requires: tuple[str, ...] = ()
     optimizer = placeholder = None
