@@ -18,8 +18,10 @@ COLUMNS = ("latency_ms", "size_mb", "accuracy_pct", "within_budget")
 #: How far the learner's figures may sit from the lab's run of the same arm. Size: the same ``torch.save`` of the
 #: same layers, up to pickling detail. Accuracy: the recipe file on the lab's batches in order trains the lab's
 #: model step for step (tests/core/test_portable.py), so a point is room for rounding, not for a fraction typed
-#: as a percent. Latency: another timer on a shared machine, so only the order of magnitude is held.
-SIZE_RTOL, ACCURACY_PT, LATENCY_FACTOR = 0.05, 1.0, 3.0
+#: as a percent. Latency: another timer at another moment on a shared machine (CI read 1.32 ms against the lab's
+#: 0.44 ms for the same baseline, a factor 3.0), so only the units are held: a factor 16 still catches seconds or
+#: microseconds (x1000) and a per-row figure (x256), and is no speed test.
+SIZE_RTOL, ACCURACY_PT, LATENCY_FACTOR = 0.05, 1.0, 16.0
 
 
 def _ok(msg: str) -> None:

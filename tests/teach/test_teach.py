@@ -138,6 +138,9 @@ CASES = {  # name: (check with the reference, check with a wrong answer)
                                lambda: C.capstone_table(_lab_table(within_budget=[True, True]), LAB_RUNS, 1.0, 0.15)),
     "capstone_table-seconds": (lambda: None,  # latency in seconds
                                lambda: C.capstone_table(_lab_table(latency_ms=[4.5e-4, 2.5e-4]), LAB_RUNS, 1.0, 0.15)),
+    "capstone_table-per-row": (lambda: None,  # the 256-row batch's latency divided by its rows
+                               lambda: C.capstone_table(_lab_table(latency_ms=[0.45 / 256, 0.25 / 256]), LAB_RUNS, 1.0,
+                                                        0.15)),
     "quantize_per_channel_symmetric": (
         lambda: C.quantize_per_channel_symmetric(S.quantize_per_channel_symmetric),
         lambda: C.quantize_per_channel_symmetric(lambda w: (lambda q, s: (q, s * 127.5 / 127))(
@@ -173,6 +176,13 @@ def test_a_checker_passes_on_the_reference_and_fails_on_a_wrong_answer(name):
     right()
     with pytest.raises(AssertionError):
         wrong()
+
+
+def test_the_capstone_holds_latency_to_its_units_not_to_this_machines_speed():
+    """The same right figures read 5x slower (a busy CI box timed the learner's calls at 3x the lab's) pass; the
+    checker grades units, never speed."""
+    C.capstone_table(_lab_table(latency_ms=[0.45 * 5, 0.25 * 5]), LAB_RUNS, 1.0, 0.15)
+    C.capstone_table(_lab_table(latency_ms=[0.45 / 5, 0.25 / 5]), LAB_RUNS, 1.0, 0.15)
 
 
 def test_every_solution_has_a_checker_and_a_case():
