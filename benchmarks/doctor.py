@@ -29,6 +29,10 @@ The sets, each scored apart (never one pooled number alone, :func:`lab.doctor.sc
 - ``fourth``: models as people paste them, a fourth time (``tests/gallery_fourth.py``: a llama2.c-style decoder, Kim's
   CNN text classifier, PointNet with a T-Net, a U-Net body, DeepFM, a DenseNet-BC, a Perceiver-style latent
   classifier), written before the quiet-residual calibration; held out for it and every rule change after it.
+- ``fifth``: models as people paste them, a fifth time (``tests/gallery_fifth.py``: a WaveNet-style gated dilated
+  stack, a ConvNeXt, a pyGAT graph attention network, a capsule network with dynamic routing, GoogLeNet Inception
+  modules, a ConvLSTM, an FNet), written before the per-technique band change; held out for it and every rule change
+  after it.
 
 For each case the doctor profiles a baseline and predicts every technique in the list
 (:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
@@ -74,6 +78,7 @@ from _common import emit, figure
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gallery import register_gallery  # noqa: E402
+from gallery_fifth import register_fifth  # noqa: E402
 from gallery_fourth import register_fourth  # noqa: E402
 from gallery_fresh import register_fresh  # noqa: E402
 from gallery_pasted import register_pasted  # noqa: E402
@@ -116,7 +121,9 @@ SETS = {"builtin": "built-in ladders (in-sample)", "gallery": "user-model galler
         "third": "models as people paste them, a third time, built before the run-level scoring and the "
                  "fused-optimizer / small-model rules (held out for every rule change after them)",
         "fourth": "models as people paste them, a fourth time, built before the quiet-residual calibration (held out "
-                  "for it)"}
+                  "for it)",
+        "fifth": "models as people paste them, a fifth time, built before the per-technique band change (held out "
+                 "for it)"}
 #: The goals of issue 28 on a held-out set: name -> (scorecard key, test).
 GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": ("regret_mean", lambda v: v <= 0.05),
          "worst regret <= 20 %": ("regret_worst", lambda v: v <= 0.2),
@@ -139,6 +146,8 @@ def case_set(workload: str) -> str:
         return "third"
     if workload.startswith("fourth_"):
         return "fourth"
+    if workload.startswith("fifth_"):
+        return "fifth"
     if workload.startswith("hf_") or "workloads.hf:" in workload:
         return "hf"
     return "builtin"
@@ -159,6 +168,7 @@ def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str
     """The cases of ``sets`` and, per set left out, why."""
     gallery, unseen, pasted = list(register_gallery()), list(register_unseen()), list(register_pasted())
     fresh, third, fourth = list(register_fresh()), list(register_third()), list(register_fourth())
+    fifth = list(register_fifth())
     out: list[tuple[str, ...]] = []
     why: dict[str, str] = {}
     for s in sets:  # in the order asked
@@ -176,6 +186,8 @@ def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str
             out += [(u, "tiny") for u in (third[:2] if quick else third)]
         elif s == "fourth":
             out += [(u, "tiny") for u in (fourth[:2] if quick else fourth)]
+        elif s == "fifth":
+            out += [(u, "tiny") for u in (fifth[:2] if quick else fifth)]
         elif (reason := hf_available()) is None:
             out += [(f"lab.workloads.hf:{m}", "tiny") for m in (HF_MODELS[:2] if quick else HF_MODELS)]
         else:
@@ -275,6 +287,7 @@ def main() -> None:
         register_fresh()
         register_third()
         register_fourth()
+        register_fifth()
         for workload, size, *rung in todo:
             c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
                          max_steps=None if args.quick else MAX_STEPS, calibration=cal,

@@ -1,5 +1,6 @@
 """The doctor's held-out sets of models as people paste them, ``fresh`` (tests/gallery_fresh.py), ``third``
-(tests/gallery_third.py) and ``fourth`` (tests/gallery_fourth.py), are real workloads: each model builds, trains a
+(tests/gallery_third.py), ``fourth`` (tests/gallery_fourth.py) and ``fifth`` (tests/gallery_fifth.py), are real
+workloads: each model builds, trains a
 few steps through ``lab.run`` by name with a finite loss and is evaluated, and each carries the pattern it is in
 its set for, so a doctor score on them is a score on working models of those patterns. Cheap by design (a few
 steps each; each set's learning was checked when it was built, 48 tiny steps each). No timing assertions."""
@@ -10,6 +11,16 @@ import math
 
 import pytest
 import torch
+from gallery_fifth import (
+    FIFTH,
+    ClipClassifier,
+    ConvNeXt,
+    FNetBlock,
+    GATNodeClassifier,
+    GraphAttentionLayer,
+    WaveformClassifier,
+    register_fifth,
+)
 from gallery_fourth import (
     FOURTH,
     CrossAttentionBlock,
@@ -25,12 +36,13 @@ from gallery_third import THIRD, ClickModel, NodeClassifier, TemporalBlock, VIBC
 from lab import RunConfig, run
 
 #: set name -> (its models, a model whose data are checked to repeat)
-SETS = {"fresh": (FRESH, "fresh_tabular"), "third": (THIRD, "third_dlrm"), "fourth": (FOURTH, "fourth_deepfm")}
+SETS = {"fresh": (FRESH, "fresh_tabular"), "third": (THIRD, "third_dlrm"), "fourth": (FOURTH, "fourth_deepfm"),
+        "fifth": (FIFTH, "fifth_gat")}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def heldout_workloads():
-    return register_fresh(), register_third(), register_fourth()
+    return register_fresh(), register_third(), register_fourth(), register_fifth()
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
@@ -40,7 +52,8 @@ def test_each_set_has_seven_models_none_shared_with_the_sets_before_it(name: str
     from gallery_unseen import UNSEEN
 
     models, _ = SETS[name]
-    later = {"fresh": [], "third": [FRESH], "fourth": [FRESH, THIRD]}  # each set checked against every earlier one
+    later = {"fresh": [], "third": [FRESH], "fourth": [FRESH, THIRD],
+             "fifth": [FRESH, THIRD, FOURTH]}  # each set checked against every earlier one
     before = [GALLERY, UNSEEN, PASTED, *later[name]]
     assert len(models) == 7 and all(n.startswith(f"{name}_") for n in models)
     mine = {type(w.make_model(w.size("tiny"))).__name__ for w in models.values()}
@@ -48,7 +61,7 @@ def test_each_set_has_seven_models_none_shared_with_the_sets_before_it(name: str
     assert len(mine) == 7 and not mine & others, mine & others
 
 
-@pytest.mark.parametrize("name", sorted([*FRESH, *THIRD, *FOURTH]))
+@pytest.mark.parametrize("name", sorted([*FRESH, *THIRD, *FOURTH, *FIFTH]))
 def test_each_model_trains_a_few_steps_through_the_lab(name: str) -> None:
     r = run(RunConfig(workload=name, size="tiny", threads=1, max_steps=2, warmup_steps=1, latency_repeats=0))
     assert r.status == "ok" and r.error is None, (name, r.error)
@@ -121,3 +134,33 @@ def test_the_fourth_patterns_are_there() -> None:
     wl = FOURTH["fourth_deepfm"]
     ids = wl.make_data(wl.size("tiny"), 0).train[0][:4]
     assert ids.dtype == torch.long and wl.make_model(None)(ids).shape == (4,)
+
+
+def test_the_fifth_patterns_are_there() -> None:
+    """ConvNeXt's depthwise 7 x 7 conv and layer-scale parameter, pyGAT's dense-adjacency mask over graph buffers,
+    WaveNet's causal (left-padded) dilations, FNet's parameter-free Fourier mixing, ConvLSTM's state lists."""
+    block = ConvNeXt().stages[0][0]
+    assert block.dwconv.groups == block.dwconv.in_channels == block.dwconv.out_channels
+    assert block.dwconv.kernel_size == (7, 7) and isinstance(block.gamma, torch.nn.Parameter)
+    gat = GATNodeClassifier()
+    assert {n for n, _ in gat.named_buffers()} == {"features", "adj"}
+    assert sum(n.startswith("attention_") for n, _ in gat.gat.named_children()) == 4  # heads added by add_module
+    layer, h = GraphAttentionLayer(5, 3, dropout=0.0, alpha=0.2, concat=False), torch.randn(4, 5)
+    assert torch.allclose(layer(h, torch.eye(4)), h @ layer.W)  # a self-loop alone: all attention masked but self
+    assert not torch.allclose(layer(h, torch.ones(4, 4)), h @ layer.W)
+    wavenet, x = WaveformClassifier().wavenet.eval(), torch.randn(2, 1, 64)
+    later = x.clone()
+    later[..., 40:] = torch.randn(2, 1, 24)
+    out, out_later = wavenet(x), wavenet(later)
+    assert torch.allclose(out[..., :40], out_later[..., :40], atol=1e-6)  # causal: no output sees a later input
+    assert not torch.allclose(out, out_later)
+    tokens = torch.randn(3, 8, 6)
+    assert not list(FNetBlock().parameters())
+    assert torch.allclose(FNetBlock()(tokens), torch.fft.fftn(tokens, dim=(-2, -1)).real, atol=1e-5)
+    convlstm = ClipClassifier().convlstm
+    outputs, states = convlstm(torch.randn(2, 5, 1, 8, 8))
+    assert len(outputs) == len(states) == 1 and outputs[0].shape == (2, 5, 16, 8, 8)
+    assert torch.equal(outputs[0][:, -1], states[0][0])  # the last output is the last hidden state
+    wl = FIFTH["fifth_capsnet"]
+    lengths = wl.make_model(None)(wl.make_data(wl.size("tiny"), 0).train[0][:4])
+    assert lengths.shape == (4, 4) and bool(((lengths >= 0) & (lengths < 1)).all())  # squashed capsule lengths
