@@ -31,8 +31,8 @@ The sets, each scored apart (never one pooled number alone, :func:`lab.doctor.sc
   classifier), written before the quiet-residual calibration; held out for it and every rule change after it.
 - ``fifth``: models as people paste them, a fifth time (``tests/gallery_fifth.py``: a WaveNet-style gated dilated
   stack, a ConvNeXt, a pyGAT graph attention network, a capsule network with dynamic routing, GoogLeNet Inception
-  modules, a ConvLSTM, an FNet), written before the per-technique band change; held out for it and every rule change
-  after it.
+  modules, a ConvLSTM, an FNet), written after the fourth set's scoring and before any further rule change; held out
+  for every rule change after it.
 
 For each case the doctor profiles a baseline and predicts every technique in the list
 (:func:`lab.doctor.diagnose`); its intervals are calibrated on the residuals of the *other* cases of this
@@ -122,8 +122,8 @@ SETS = {"builtin": "built-in ladders (in-sample)", "gallery": "user-model galler
                  "fused-optimizer / small-model rules (held out for every rule change after them)",
         "fourth": "models as people paste them, a fourth time, built before the quiet-residual calibration (held out "
                   "for it)",
-        "fifth": "models as people paste them, a fifth time, built before the per-technique band change (held out "
-                 "for it)"}
+        "fifth": "models as people paste them, a fifth time, built after the fourth set's scoring, before any "
+                 "further rule change (held out for it)"}
 #: The goals of issue 28 on a held-out set: name -> (scorecard key, test).
 GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": ("regret_mean", lambda v: v <= 0.05),
          "worst regret <= 20 %": ("regret_worst", lambda v: v <= 0.2),
