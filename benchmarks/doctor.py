@@ -132,22 +132,17 @@ GOALS = {"top-1 >= 75 %": ("top1", lambda v: v >= 0.75), "mean regret <= 5 %": (
          "no zero-width interval": ("zero_width", lambda v: v == 0)}
 
 
+#: The held-out sets of models registered from tests/, by the prefix their workloads' names carry and the function
+#: that registers them (their names, in order); a set's quick run takes its first two.
+PREFIXED = {"gallery": register_gallery, "unseen": register_unseen, "pasted": register_pasted, "fresh": register_fresh,
+            "third": register_third, "fourth": register_fourth, "fifth": register_fifth}
+
+
 def case_set(workload: str) -> str:
     """Which set a case belongs to, by its workload's name (or spec)."""
-    if workload.startswith("gallery_"):
-        return "gallery"
-    if workload.startswith("unseen_"):
-        return "unseen"
-    if workload.startswith("pasted_"):
-        return "pasted"
-    if workload.startswith("fresh_"):
-        return "fresh"
-    if workload.startswith("third_"):
-        return "third"
-    if workload.startswith("fourth_"):
-        return "fourth"
-    if workload.startswith("fifth_"):
-        return "fifth"
+    for name in PREFIXED:
+        if workload.startswith(f"{name}_"):
+            return name
     if workload.startswith("hf_") or "workloads.hf:" in workload:
         return "hf"
     return "builtin"
@@ -166,28 +161,14 @@ def hf_available() -> str | None:
 
 def cases(quick: bool, sets: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str]]:
     """The cases of ``sets`` and, per set left out, why."""
-    gallery, unseen, pasted = list(register_gallery()), list(register_unseen()), list(register_pasted())
-    fresh, third, fourth = list(register_fresh()), list(register_third()), list(register_fourth())
-    fifth = list(register_fifth())
     out: list[tuple[str, ...]] = []
     why: dict[str, str] = {}
     for s in sets:  # in the order asked
         if s == "builtin":
             out += ([(w, "tiny") for w in BUILTINS[:3]] if quick else [(w, "tiny", r) for w in BUILTINS for r in RUNGS])
-        elif s == "gallery":
-            out += [(g, "tiny") for g in (gallery[:2] if quick else gallery)]
-        elif s == "unseen":
-            out += [(u, "tiny") for u in (unseen[:2] if quick else unseen)]
-        elif s == "pasted":
-            out += [(u, "tiny") for u in (pasted[:2] if quick else pasted)]
-        elif s == "fresh":
-            out += [(u, "tiny") for u in (fresh[:2] if quick else fresh)]
-        elif s == "third":
-            out += [(u, "tiny") for u in (third[:2] if quick else third)]
-        elif s == "fourth":
-            out += [(u, "tiny") for u in (fourth[:2] if quick else fourth)]
-        elif s == "fifth":
-            out += [(u, "tiny") for u in (fifth[:2] if quick else fifth)]
+        elif s in PREFIXED:
+            names = list(PREFIXED[s]())
+            out += [(u, "tiny") for u in (names[:2] if quick else names)]
         elif (reason := hf_available()) is None:
             out += [(f"lab.workloads.hf:{m}", "tiny") for m in (HF_MODELS[:2] if quick else HF_MODELS)]
         else:
@@ -281,13 +262,8 @@ def main() -> None:
         if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:  # compile's measured one-off is a first run's, cold
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
             print("Inductor's cache starts empty (TORCHINDUCTOR_CACHE_DIR unset): compile pays a first run's compile")
-        register_gallery()
-        register_unseen()
-        register_pasted()
-        register_fresh()
-        register_third()
-        register_fourth()
-        register_fifth()
+        for register in PREFIXED.values():  # --cases may name any set's workload
+            register()
         for workload, size, *rung in todo:
             c = run_case(workload, size, techs, store, rung=rung[0] if rung else None,
                          max_steps=None if args.quick else MAX_STEPS, calibration=cal,
