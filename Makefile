@@ -26,8 +26,13 @@ docs: venv
 # (test-avx2).
 # Each suite compiles into its own Inductor cache (.cache/, not tracked): never the per-user /tmp one that every
 # other torch process on the machine shares, and never the capped suite's.
+# Two pytest-xdist workers, one test file each at a time (--dist loadfile: a notebook's cells share one kernel, and
+# a file's module fixtures are built once). On 2 cores the serial suite kept 1.2 of them busy: most tests wait on
+# one core for Inductor's compile, an import in a child process, a page or a rank. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 test: venv docs
-	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor LAB_FAST=1 LAB_SOLUTIONS=1 $(PY) -m pytest $(PYTEST_ARGS)
+	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor LAB_FAST=1 LAB_SOLUTIONS=1 $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-avx2
 
 # The `capability` tests (tests/conftest.py) with ATen's and oneDNN's kernels capped at AVX2: no AVX-512, VNNI,
@@ -44,7 +49,7 @@ test-avx2: venv
 	else \
 		TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor-avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 LAB_FAST=1 \
 			$(PY) -m pytest $$(grep -rlE '$(CAPABILITY_WORDS)' tests --include='test_*.py' | sort) -m capability \
-			$(PYTEST_ARGS); \
+			$(XDIST) $(PYTEST_ARGS); \
 	fi
 
 # The whole suite as an AVX2-only machine sees it (kernels capped, a cold Inductor cache of its own): how long
@@ -52,7 +57,7 @@ test-avx2: venv
 test-as-avx2: venv
 	rm -rf $(CURDIR)/.cache/inductor-as-avx2
 	TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor-as-avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
-		LAB_FAST=1 LAB_SOLUTIONS=1 $(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+		LAB_FAST=1 LAB_SOLUTIONS=1 $(PY) -m pytest --durations=15 $(XDIST) $(PYTEST_ARGS)
 
 test-fast: venv
 	$(PY) -m pytest -x -q -m "not slow" $(PYTEST_ARGS)

@@ -8,10 +8,16 @@ import sys
 
 import pytest
 import torch
+from hypothesis import settings
 from toy_workload import TOY
 
 from lab.measure import CpuCapabilities, cpu_capabilities
 from lab.workloads import Workload, register_workload
+
+#: No time limit on a hypothesis example: its default (200 ms) is a timing assertion, and on a shared 2-core box,
+#: with a second pytest-xdist worker beside it, a pure-Python example can miss it for reasons of its own.
+settings.register_profile("lab", deadline=None)
+settings.load_profile("lab")
 
 #: One marker per CPU capability (docs/architecture.md section 5, rule 12). ``@pytest.mark.native_bf16`` runs a test
 #: only where the kernels have native bf16, ``@pytest.mark.native_bf16(False)`` only where they do not; elsewhere it

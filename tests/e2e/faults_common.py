@@ -15,12 +15,15 @@ import contextlib
 import glob
 import hashlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -88,11 +91,16 @@ def _default_sigint() -> None:
 
 class LabProcess:
     """``python -m lab ...`` in its own session (so a Ctrl-C can go to its whole group, as a terminal's
-    does), TMPDIR private (so the spawn folder can be found and checked), stderr read as it comes."""
+    does), TMPDIR private (so the spawn folder can be found and checked), stderr read as it comes.
 
-    def __init__(self, argv: list[str], tmp: Path) -> None:
-        self.tmp = tmp / "tmpdir"
-        self.tmp.mkdir(exist_ok=True)
+    The private TMPDIR is a short folder in /tmp, not under the test's ``tmp_path``: a DataLoader worker hands
+    its batches back through a Unix socket made in TMPDIR, and a socket's path has at most 107 bytes. Under
+    pytest-xdist ``tmp_path`` is one folder deeper (``popen-gw0/``), which took it past that: the worker died
+    with "AF_UNIX path too long" and the run never reached its first step. Removed when the object is."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="labf-", dir="/tmp" if os.path.isdir("/tmp") else None))
+        weakref.finalize(self, shutil.rmtree, self.tmp, True)
         env = {**os.environ, "TMPDIR": str(self.tmp), "PYTHONUNBUFFERED": "1"}
         # preexec: a job started in the background (as CI may start this suite) inherits SIGINT *ignored*, and
         # Python then installs no KeyboardInterrupt handler; a terminal's foreground job has the default.

@@ -66,7 +66,7 @@ DDP_RUN = ["run", "--workload", "ctr", "--size", "small", "--world-size", "2", "
 def test_ddp_cli_fault_is_one_line_and_cleans_up(fault, rc, needle, tmp_path):
     db = store_with_runs(tmp_path / "lab.sqlite")
     kept = stored_runs(db)
-    lab = LabProcess([*DDP_RUN, "--ddp-timeout-s", "3", "--store", str(db)], tmp_path)
+    lab = LabProcess([*DDP_RUN, "--ddp-timeout-s", "3", "--store", str(db)])
     lab.wait_until(lambda: len(lab.ranks()) == 2)
     ranks, folders = lab.ranks(), lab.spawn_dirs()
     if fault == "kill":
@@ -85,8 +85,8 @@ def test_ddp_cli_fault_is_one_line_and_cleans_up(fault, rc, needle, tmp_path):
     assert stored_runs(db) == kept  # the finished runs are intact, and no half-run was added
 
 
-def test_ddp_dead_launcher_leaves_no_rank_and_no_spawn_folder(tmp_path):
-    lab = LabProcess([*DDP_RUN, "--no-store"], tmp_path)
+def test_ddp_dead_launcher_leaves_no_rank_and_no_spawn_folder():
+    lab = LabProcess([*DDP_RUN, "--no-store"])
     lab.wait_until(lambda: len(lab.ranks()) == 2)
     ranks, folders = lab.ranks(), lab.spawn_dirs()
     assert folders

@@ -19,7 +19,7 @@ from lab.result import RunResult
 def test_ctrl_c_during_a_single_process_run_is_exit_130_and_stores_nothing(loader, tmp_path):
     db = store_with_runs(tmp_path / "lab.sqlite")
     kept = stored_runs(db)
-    lab = LabProcess(["run", "--workload", "sequence", "--size", "small", "--store", str(db), *loader], tmp_path)
+    lab = LabProcess(["run", "--workload", "sequence", "--size", "small", "--store", str(db), *loader])
     lab.wait_until(lambda: "sequence/small" in lab.err)  # the progress bar: training has started
     os.killpg(lab.proc.pid, signal.SIGINT)
     code, out, err = lab.finish()
@@ -38,7 +38,7 @@ def test_ctrl_c_during_an_ablation_keeps_every_finished_run(tmp_path):
             return 0
 
     lab = LabProcess(["ablate", "--recipe", "data_loading", "--workload", "ctr", "--size", "tiny", "--repeats", "3",
-                      "--store", str(db)], tmp_path)
+                      "--store", str(db)])
     lab.wait_until(lambda: finished() >= 2, timeout=180)
     before = stored_runs(db)
     os.killpg(lab.proc.pid, signal.SIGINT)
@@ -55,8 +55,8 @@ def test_ctrl_c_during_an_ablation_keeps_every_finished_run(tmp_path):
 @pytest.mark.xfail(strict=True, reason="`python -m lab` imports lab/__init__.py (torch, every package) before "
                    "lab.cli.main can catch KeyboardInterrupt; the fix belongs in lab/__init__.py / lab/__main__.py "
                    "(lazy imports, or a SIGINT handler first), which this suite's owner does not edit")
-def test_ctrl_c_while_the_lab_is_still_importing_is_exit_130(tmp_path):
-    lab = LabProcess(["runs"], tmp_path)
+def test_ctrl_c_while_the_lab_is_still_importing_is_exit_130():
+    lab = LabProcess(["runs"])
     time.sleep(0.5)  # inside `import torch` (about 2 s here); not a timing assertion
     os.killpg(lab.proc.pid, signal.SIGINT)
     code, out, err = lab.finish()
