@@ -220,8 +220,9 @@ def goals_notes(report: dict[str, Any]) -> list[str]:
     (b_met, b_n), (a_met, a_n) = tally["before"], tally["after"]
     lines = ["## Goals from the machine", "",
              f"Full-setting goals met: **{a_met} of {a_n}** with the goals below; {b_met} of {b_n} with the constants "
-             "they replace (issue 47). `of ceiling`: the measured speedup as a share of what this machine's card "
-             "(GEMM peaks per dtype) or the run (MACs ratio, ideal loader, Amdahl over its phases) allows; "
+             "they replaced (fixed speedups, whatever the hardware). `of ceiling`: the measured speedup as a share "
+             "of what this machine's card (GEMM peaks per dtype) or the run (MACs ratio, ideal loader, Amdahl over "
+             "its phases) allows; "
              "`no card`: the result was measured before the machine card existed, so no ceiling is invented.", ""]
     lines += [f"- {kind}: {what}" for kind, what in goals.KINDS.items()]
     retired: dict[str, list[str]] = {}

@@ -26,7 +26,8 @@ GEMM_SHARE_GOAL = 0.5
 #: What each kind of goal means in the report's notes.
 KINDS = {"ceiling": "a share of its ceiling on this machine's card or run",
          "absolute": "an absolute goal kept: the mission's, or the lab's own quality (not a speed of the hardware)",
-         "retired": "a constant retired (issue 47): reported beside its ceiling, no verdict"}
+         "retired": "a fixed speedup retired (it held on one CPU, not on this one's card): reported beside its "
+                    "ceiling, no verdict"}
 
 #: (benchmark, figure-name pattern, why the constant is retired). The figure keeps its value, its ceiling and
 #: share where one exists, and its old goal in ``goal_before``.

@@ -429,7 +429,7 @@ def dequantize_blockwise(fn: Callable, block_size: int = 256) -> float:
     _ok(f"values equal torchao's OptimState8bit.dequantize (max relative difference {worst:.1e})")
     return worst
 
-# ------------------------------------------------------------------ 00 tour and 06 ablations (issue 46)
+# ------------------------------------------------------------------ 00 tour and 06 ablations
 def median_step(fn: Callable, result: Any) -> float:
     """The learner's ``fn(total_ms, warmup_steps)`` against :attr:`lab.result.RunResult.median_step_ms` on
     ``result`` (a run of the notebook), then on a series where the warm-up steps are slow and the count of measured

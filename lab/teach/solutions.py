@@ -225,7 +225,7 @@ def dequantize_blockwise(codes: torch.Tensor, scales: torch.Tensor, qmap: torch.
     """The values back: each code's map entry times its block's scale, shaped as ``codes``."""
     return (qmap[codes.long()].reshape(scales.numel(), -1) * scales[:, None]).reshape(codes.shape)
 
-# ------------------------------------------------------------------ your own loop (issue 46)
+# ------------------------------------------------------------------ your own loop
 def train_bf16(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Iterable,
                loss_fn: Any) -> list[float]:
     """bf16 mixed precision as the recipe writes it: autocast around forward + loss only, backward and the step
@@ -242,7 +242,7 @@ def train_bf16(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader:
     return losses
 
 
-# ------------------------------------------------------------------ 00 tour and 06 ablations (issue 46)
+# ------------------------------------------------------------------ 00 tour and 06 ablations
 def median_step(total_ms: Sequence[float], warmup_steps: int) -> float:
     """The median of the step times after the warm-up steps (an even count: the mean of the two middle ones)."""
     return float(np.median(np.asarray(total_ms[warmup_steps:], dtype=float)))

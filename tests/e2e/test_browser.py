@@ -209,7 +209,9 @@ def _quiet_runs(store_path: Path) -> dict[str, float]:
     were busy, how many were measured again after a burst (lab.ablation.runner._Settling), and the most cores other
     processes (this page and its server among them) took in a kept run. Recorded, never asserted: on a quiet
     machine the page alone must not make its own runs busy (before the settle wait and the slower redraws it made
-    30 of 30 busy, and the card never crowned); on a busy CI box they are busy, rightly."""
+    30 of 30 busy, and the card never crowned); on a busy CI box they are busy, rightly. Under ``make test``'s
+    two pytest-xdist workers the other worker's tests are "others" too, so most runs read busy there: the page's
+    own load is read with this test alone (``pytest tests/e2e/test_browser.py -rP``)."""
     from lab.store import ResultStore
 
     seen = [(r.details.get("contention") or {}) for r in ResultStore(store_path).list_results()]
