@@ -71,9 +71,10 @@ def _quantizer(method: str, reduce_range: bool) -> tuple[str, ...]:
     lines = [f"quantizer = xiq.X86InductorQuantizer().set_global({config})"]
     if reduce_range:
         qat = "is_qat=True, " if method == "qat" else ""
-        lines += ["for kind in (nn.Linear, nn.MultiheadAttention):  # 7-bit activations: no VNNI on this CPU",
-                  f"    quantizer.set_module_type_qconfig(kind, xiq.get_default_x86_inductor_quantization_config("
-                  f"{qat}reduce_range=True))"]
+        # the narrow config named first: inlined, the QAT line ran past 120 columns inside the emitted function
+        lines += [f"narrow = xiq.get_default_x86_inductor_quantization_config({qat}reduce_range=True)",
+                  "for kind in (nn.Linear, nn.MultiheadAttention):  # 7-bit activations: no VNNI on this CPU",
+                  "    quantizer.set_module_type_qconfig(kind, narrow)"]
     return tuple(lines)
 
 

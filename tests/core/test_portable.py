@@ -549,6 +549,10 @@ def test_every_emitted_file_is_lint_clean(tmp_path):
     (tmp_path / "ddp.py").write_text(build(BASE.with_overrides(**{"ddp.world_size": 2})).text)
     (tmp_path / "stack.py").write_text(from_techniques(("fused_optim", "prune_channels50", "int8_static"), BASE).text)
     (tmp_path / "memory.py").write_text(from_techniques(("checkpoint_blocks", "fsdp2"), BASES["fsdp2"]).text)
+    for option in sorted(o for o in EFFECTS if o.startswith("int8")):  # both int8 ranges, whatever this CPU has:
+        for setting in ("on", "off"):  # 7-bit activations are emitted only without VNNI, and a QAT line with them
+            config = config_of((option,), BASES.get(option, BASE)).with_overrides(**{"quant.reduce_range": setting})
+            (tmp_path / f"{option}_reduce_range_{setting}.py").write_text(build(config).text)  # (once past 120)
     done = subprocess.run([ruff, "check", "--no-cache", "--isolated", "--select", "E,F,W,I,B", "--line-length", "120",
                            str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout[-3000:]
